@@ -1,0 +1,4 @@
+//! The command-line tools.
+
+pub mod capture;
+pub mod dump;

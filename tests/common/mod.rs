@@ -1,0 +1,40 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Path of a file in `tests/data`.
+pub fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+}
+
+/// The Ethernet frames of a pcap file with their timestamps.
+pub fn read_pcap(name: &str) -> Vec<(Duration, Vec<u8>)> {
+    let f = std::fs::File::open(data(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut r = pcap_file::pcap::PcapReader::new(f).expect("pcap header");
+    assert_eq!(r.header().datalink, pcap_file::DataLink::ETHERNET, "{name}");
+    let mut out = Vec::new();
+    while let Some(p) = r.next_packet() {
+        let p = p.expect("pcap record");
+        out.push((p.timestamp, p.data.into_owned()));
+    }
+    out
+}
+
+/// Every capture from kernel rxe in `tests/data`, with the number of RoCEv2 packets in it.
+pub const CAPTURES: &[(&str, usize)] = &[
+    ("rc_pingpong.pcap", 50),
+    ("send_8k.pcap", 180),
+    ("write_8k.pcap", 180),
+    ("read_8k.pcap", 180),
+    ("imm.pcap", 16),
+    ("atomic.pcap", 40),
+    ("ud_pingpong.pcap", 6),
+    ("rping_cm.pcap", 41),
+    ("host_ud.pcap", 2),
+    ("host_gsi_probe.pcap", 4),
+];
+
+/// Frames of `host_gsi_probe.pcap` (0-based) whose ICRC was deliberately wrong.
+pub const BAD_ICRC: &[(&str, usize)] = &[("host_gsi_probe.pcap", 1), ("host_gsi_probe.pcap", 2)];
