@@ -38,3 +38,6 @@ pub const CAPTURES: &[(&str, usize)] = &[
 
 /// Frames of `host_gsi_probe.pcap` (0-based) whose ICRC was deliberately wrong.
 pub const BAD_ICRC: &[(&str, usize)] = &[("host_gsi_probe.pcap", 1), ("host_gsi_probe.pcap", 2)];
+
+pub mod duo;
+pub mod workload;

@@ -1,0 +1,422 @@
+//! The completer: handles responses (ACK, NAK, READ responses, atomic ACKs) and retires send
+//! work requests (kernel rxe's `rxe_comp.c`).
+//!
+//! [`Qp::completer_handle`] walks the same states as rxe's `rxe_completer()` — the names are
+//! kept so the two can be read side by side — for one response packet, or for a local ACK
+//! timeout.
+
+use super::Time;
+use super::memory::Memory;
+use super::qp::{Qp, QpType, WqeState};
+use super::wr::{Payload, SendOp, WcStatus};
+use crate::wire::aeth::{NakCode, Syndrome, rnr_timer_ns};
+use crate::wire::{AethRepr, Opcode, Operation, Packet, Position};
+
+/// rxe's `comp_state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CompSt {
+    GetWqe,
+    CheckPsn,
+    CheckAck,
+    Read,
+    Atomic,
+    WriteSend,
+    UpdateComp,
+    CompAck,
+    CompWqe,
+    ErrorRetry,
+    RnrRetry(u8),
+    Error,
+    Done,
+    Exit,
+}
+
+impl Qp {
+    fn reset_retry_counters(&mut self) {
+        self.comp.retry_cnt = self.attr.retry_cnt;
+        self.comp.rnr_retry = self.attr.rnr_retry;
+        self.comp.started_retry = false;
+    }
+
+    /// Re-arms or stops the local ACK timer after the acknowledged PSN moved.
+    fn rearm_retransmit(&mut self, now: Time) {
+        if self.qp_type == QpType::Rc && self.req.psn.is_after(self.comp.psn) {
+            self.retransmit_at = self.retransmit_interval().map(|d| now + d);
+        } else {
+            self.retransmit_at = None;
+        }
+    }
+
+    /// The local ACK timer expired.
+    pub(crate) fn completer_timeout<M: Memory>(&mut self, now: Time, mem: &M) {
+        let outstanding =
+            self.sq.front().is_some_and(|w| matches!(w.state, WqeState::Processing | WqeState::Pending));
+        if !outstanding {
+            return;
+        }
+        self.counters.local_ack_timeout_err += 1;
+        self.run_completer(now, None, mem, CompSt::ErrorRetry, true);
+    }
+
+    /// Handles one response packet.
+    pub(crate) fn completer_handle<M: Memory>(&mut self, now: Time, pkt: Option<&Packet<'_>>, mem: &M) {
+        if let Some(p) = pkt {
+            // A response for a PSN the requester never sent (a "ghost"): nothing can match it.
+            if !p.bth().psn().is_before(self.req.psn) {
+                self.counters.rcvd_dropped += 1;
+                return;
+            }
+        }
+        self.run_completer(now, pkt, mem, CompSt::GetWqe, false);
+    }
+
+    fn run_completer<M: Memory>(
+        &mut self,
+        now: Time,
+        pkt: Option<&Packet<'_>>,
+        mem: &M,
+        start: CompSt,
+        timeout: bool,
+    ) {
+        let psn_before = self.comp.psn;
+        let mut st = start;
+        let mut dropped = true;
+        loop {
+            st = match st {
+                CompSt::GetWqe => match self.sq.front().map(|w| w.state) {
+                    None | Some(WqeState::Posted) => {
+                        if pkt.is_some() {
+                            CompSt::Done
+                        } else {
+                            CompSt::Exit
+                        }
+                    }
+                    Some(WqeState::Done) => CompSt::CompWqe,
+                    Some(WqeState::Error) => CompSt::Error,
+                    Some(_) => {
+                        if pkt.is_some() {
+                            CompSt::CheckPsn
+                        } else {
+                            CompSt::Exit
+                        }
+                    }
+                },
+                CompSt::CheckPsn => {
+                    let p = pkt.expect("CheckPsn has a packet");
+                    let psn = p.bth().psn();
+                    let w = self.sq.front().expect("CheckPsn has a WQE");
+                    if psn.is_after(w.last_psn) {
+                        // A response beyond this WQE: it implicitly acknowledges a SEND/WRITE,
+                        // and proves a READ/atomic response lost (implied NAK).
+                        if w.state == WqeState::Pending {
+                            if w.wr.op.is_read_or_atomic() {
+                                CompSt::ErrorRetry
+                            } else {
+                                self.reset_retry_counters();
+                                CompSt::CompWqe
+                            }
+                        } else {
+                            CompSt::Done
+                        }
+                    } else if psn.is_before(self.comp.psn) {
+                        if psn == w.last_psn && w.state == WqeState::Pending && !w.wr.op.is_read_or_atomic() {
+                            CompSt::CompAck
+                        } else {
+                            CompSt::Done
+                        }
+                    } else if psn.is_after(self.comp.psn) && w.wr.op.is_read_or_atomic() {
+                        // An out-of-order READ response or atomic ACK: recovery by timeout.
+                        CompSt::Done
+                    } else {
+                        CompSt::CheckAck
+                    }
+                }
+                CompSt::CheckAck => self.check_ack(pkt.expect("CheckAck has a packet")),
+                CompSt::Read => {
+                    let p = pkt.expect("Read has a packet");
+                    self.do_read(p, mem)
+                }
+                CompSt::Atomic => {
+                    let p = pkt.expect("Atomic has a packet");
+                    self.do_atomic(p, mem)
+                }
+                CompSt::WriteSend => {
+                    let psn = pkt.expect("WriteSend has a packet").bth().psn();
+                    let w = self.sq.front().expect("WriteSend has a WQE");
+                    if w.wr.op.is_read_or_atomic() {
+                        // A plain ACK cannot complete a READ or an atomic (it carries no data
+                        // and no original value): it proves their response lost, as an
+                        // implied NAK. (rxe completes the WQE here, without its data.)
+                        CompSt::ErrorRetry
+                    } else if w.state == WqeState::Pending && psn == w.last_psn {
+                        CompSt::CompAck
+                    } else {
+                        CompSt::UpdateComp
+                    }
+                }
+                CompSt::CompAck => {
+                    dropped = false;
+                    let w = self.sq.pop_front().expect("CompAck has a WQE");
+                    self.req.wqe_index = self.req.wqe_index.saturating_sub(1);
+                    if w.has_rd_atomic {
+                        self.req.rd_atomic =
+                            self.req.rd_atomic.saturating_add(1).min(self.attr.max_rd_atomic);
+                    }
+                    self.push_send_wc_for(&w, WcStatus::Success);
+                    let psn = pkt.map(|p| p.bth().psn());
+                    match psn {
+                        Some(psn) if !psn.is_before(self.comp.psn) => CompSt::UpdateComp,
+                        _ => CompSt::Done,
+                    }
+                }
+                CompSt::CompWqe => {
+                    dropped = false;
+                    let w = self.sq.pop_front().expect("CompWqe has a WQE");
+                    self.req.wqe_index = self.req.wqe_index.saturating_sub(1);
+                    if pkt.is_some() && w.state == WqeState::Pending && !w.last_psn.is_before(self.comp.psn) {
+                        self.comp.psn = w.last_psn.next();
+                        self.comp.opcode = None;
+                    }
+                    if w.has_rd_atomic {
+                        self.req.rd_atomic =
+                            self.req.rd_atomic.saturating_add(1).min(self.attr.max_rd_atomic);
+                    }
+                    self.push_send_wc_for(&w, WcStatus::Success);
+                    CompSt::GetWqe
+                }
+                CompSt::UpdateComp => {
+                    dropped = false;
+                    let p = pkt.expect("UpdateComp has a packet");
+                    let info = p.info();
+                    self.comp.opcode = if info.position.ends() { None } else { Some(info.opcode) };
+                    let psn = p.bth().psn();
+                    if !psn.is_before(self.comp.psn) {
+                        self.comp.psn = psn.next();
+                    }
+                    CompSt::Done
+                }
+                CompSt::ErrorRetry => {
+                    let head = self.sq.front().map(|w| w.state);
+                    if matches!(head, None | Some(WqeState::Posted)) {
+                        CompSt::Exit
+                    } else if self.comp.started_retry && !timeout {
+                        // A retry is already under way: duplicate NAKs start no other.
+                        CompSt::Done
+                    } else if self.comp.retry_cnt > 0 {
+                        // softroce follows the IBTA: retry_cnt 7 means seven retries (rxe
+                        // treats 7 as infinite; only rnr_retry 7 is infinite in the spec).
+                        self.comp.retry_cnt -= 1;
+                        if self.req.psn.is_after(self.comp.psn) {
+                            self.counters.completer_retry_err += 1;
+                            self.req.need_retry = true;
+                            self.comp.started_retry = true;
+                        }
+                        CompSt::Done
+                    } else {
+                        self.counters.retry_exceeded_err += 1;
+                        if let Some(w) = self.sq.front_mut() {
+                            w.status = WcStatus::RetryExcErr;
+                        }
+                        CompSt::Error
+                    }
+                }
+                CompSt::RnrRetry(timer) => {
+                    if self.comp.rnr_retry > 0 {
+                        // rnr_retry 7 means "retry forever" (IBTA and rxe agree).
+                        if self.comp.rnr_retry != 7 {
+                            self.comp.rnr_retry -= 1;
+                        }
+                        self.req.wait_rnr = true;
+                        self.rnr_at = Some(now + std::time::Duration::from_nanos(rnr_timer_ns(timer)));
+                        // The RNR wait replaces the ACK timeout until the retry is sent.
+                        self.retransmit_at = None;
+                        CompSt::Exit
+                    } else {
+                        self.counters.retry_rnr_exceeded_err += 1;
+                        if let Some(w) = self.sq.front_mut() {
+                            w.status = WcStatus::RnrRetryExcErr;
+                        }
+                        CompSt::Error
+                    }
+                }
+                CompSt::Error => {
+                    if let Some(w) = self.sq.front_mut() {
+                        if w.status == WcStatus::Success {
+                            // rxe completes sequence errors with whatever status the WQE held
+                            // (usually SUCCESS); an unexpected response is a bad response.
+                            w.status = WcStatus::BadRespErr;
+                        }
+                        w.state = WqeState::Error;
+                    }
+                    self.enter_error(true);
+                    return;
+                }
+                CompSt::Done | CompSt::Exit => break,
+            };
+        }
+        if pkt.is_some() && dropped {
+            self.counters.rcvd_dropped += 1;
+        }
+        let progressed = self.comp.psn != psn_before || self.sq.is_empty();
+        let timer_lapsed = timeout && self.retransmit_at.is_none() && !self.req.wait_rnr;
+        if progressed || timer_lapsed {
+            self.rearm_retransmit(now);
+        }
+        self.retire_done();
+    }
+
+    /// rxe's `check_ack`: the response must fit the head WQE and the READ response sequence.
+    fn check_ack(&mut self, p: &Packet<'_>) -> CompSt {
+        let info = p.info();
+        let w = self.sq.front().expect("CheckAck has a WQE");
+        let op = info.opcode;
+        let syndrome = p.aeth().map(|a| AethRepr::parse(&a).syndrome());
+        // The READ response sequence.
+        match self.comp.opcode {
+            None => {
+                if !info.position.starts() {
+                    return CompSt::Error;
+                }
+            }
+            Some(prev) => {
+                let in_read = prev == Opcode::RC_READ_RESP_FIRST || prev == Opcode::RC_READ_RESP_MIDDLE;
+                let ok = in_read
+                    && (op == Opcode::RC_READ_RESP_MIDDLE
+                        || op == Opcode::RC_READ_RESP_LAST
+                        || (op == Opcode::RC_READ_RESP_FIRST && p.bth().psn() == w.first_psn)
+                        || (op == Opcode::RC_READ_RESP_ONLY && w.first_psn == w.last_psn));
+                if !ok {
+                    return CompSt::Error;
+                }
+            }
+        }
+        match info.operation {
+            Operation::RdmaReadResponse => {
+                if info.position != Position::Middle && !matches!(syndrome, Some(Syndrome::Ack { .. })) {
+                    return CompSt::Error;
+                }
+                if !matches!(w.wr.op, SendOp::RdmaRead(_)) {
+                    if let Some(w) = self.sq.front_mut() {
+                        w.status = WcStatus::FatalErr;
+                    }
+                    return CompSt::Error;
+                }
+                self.reset_retry_counters();
+                CompSt::Read
+            }
+            Operation::AtomicAcknowledge => {
+                if !matches!(syndrome, Some(Syndrome::Ack { .. })) || !w.wr.op.is_atomic() {
+                    return CompSt::Error;
+                }
+                self.reset_retry_counters();
+                CompSt::Atomic
+            }
+            Operation::Acknowledge => match syndrome {
+                Some(Syndrome::Ack { .. }) => {
+                    self.reset_retry_counters();
+                    CompSt::WriteSend
+                }
+                Some(Syndrome::RnrNak { timer }) => {
+                    self.counters.rcvd_rnr_err += 1;
+                    CompSt::RnrRetry(timer)
+                }
+                Some(Syndrome::Nak(NakCode::PsnSequenceError)) => {
+                    let psn = p.bth().psn();
+                    if psn.is_after(self.comp.psn) {
+                        self.counters.rcvd_seq_err += 1;
+                        self.comp.psn = psn;
+                        // The NAK acknowledges everything before its PSN: that is forward
+                        // progress, so the retry budget starts afresh (rxe keeps counting
+                        // down, harmless there because it treats retry_cnt 7 as infinite).
+                        self.reset_retry_counters();
+                    }
+                    CompSt::ErrorRetry
+                }
+                Some(Syndrome::Nak(code)) => {
+                    let status = match code {
+                        NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                        NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                        _ => WcStatus::RemOpErr,
+                    };
+                    if let Some(w) = self.sq.front_mut() {
+                        w.status = status;
+                    }
+                    CompSt::Error
+                }
+                Some(Syndrome::Reserved(_)) | None => CompSt::Error,
+            },
+            _ => CompSt::Error,
+        }
+    }
+
+    /// rxe's `do_read`: place READ response data in the local SGEs.
+    fn do_read<M: Memory>(&mut self, p: &Packet<'_>, mem: &M) -> CompSt {
+        let pd = self.pd;
+        let mtu = self.mtu();
+        let info = p.info();
+        let data = p.payload();
+        let w = self.sq.front_mut().expect("Read has a WQE");
+        let resid = w.len - w.read_done;
+        // First/Middle carry exactly one MTU, Last/Only the rest.
+        let expect = if info.position.ends() { resid } else { mtu.min(resid) };
+        if data.len() as u64 != expect || (!info.position.ends() && resid <= mtu) {
+            w.status = WcStatus::BadRespErr;
+            return CompSt::Error;
+        }
+        if !data.is_empty() {
+            let Payload::Sges(list) = &w.wr.payload else {
+                w.status = WcStatus::LocQpOpErr;
+                return CompSt::Error;
+            };
+            if scatter(mem, pd, list, w.read_done, data).is_err() {
+                w.status = WcStatus::LocProtErr;
+                return CompSt::Error;
+            }
+        }
+        w.read_done += data.len() as u64;
+        if w.read_done == w.len && info.position.ends() { CompSt::CompAck } else { CompSt::UpdateComp }
+    }
+
+    /// rxe's `do_atomic`: store the original remote value in the local SGE.
+    fn do_atomic<M: Memory>(&mut self, p: &Packet<'_>, mem: &M) -> CompSt {
+        let pd = self.pd;
+        let orig = p.atomic_ack_eth().map(|a| a.orig()).unwrap_or(0);
+        let w = self.sq.front_mut().expect("Atomic has a WQE");
+        let Payload::Sges(list) = &w.wr.payload else {
+            w.status = WcStatus::LocQpOpErr;
+            return CompSt::Error;
+        };
+        if scatter(mem, pd, list, 0, &orig.to_ne_bytes()).is_err() {
+            w.status = WcStatus::LocProtErr;
+            return CompSt::Error;
+        }
+        CompSt::CompAck
+    }
+}
+
+/// Writes `data` into a scatter/gather list starting `offset` bytes in (local write access).
+pub(crate) fn scatter<M: Memory>(
+    mem: &M,
+    pd: u32,
+    list: &[super::wr::Sge],
+    offset: u64,
+    data: &[u8],
+) -> Result<(), super::memory::MemError> {
+    let mut skip = offset;
+    let mut done = 0usize;
+    for sge in list {
+        if done == data.len() {
+            break;
+        }
+        let len = sge.length as u64;
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        let n = ((len - skip) as usize).min(data.len() - done);
+        mem.write_local(pd, sge.lkey, sge.addr + skip, &data[done..done + n])?;
+        done += n;
+        skip = 0;
+    }
+    if done == data.len() { Ok(()) } else { Err(super::memory::MemError::OutOfBounds) }
+}

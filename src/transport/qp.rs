@@ -1,0 +1,937 @@
+//! The queue pair: attributes, the IBTA state machine, posting, and the sans-IO interface that
+//! drives the requester ([`super::requester`]), completer ([`super::completer`]) and responder
+//! ([`super::responder`]).
+//!
+//! A [`Qp`] never reads a clock, opens a socket or spawns a thread. It is driven by:
+//!
+//! - [`Qp::post_send`] / [`Qp::post_recv`]: work from the application;
+//! - [`Qp::handle_packet`]: a packet for this QP (requests go to the responder, responses to
+//!   the completer), with the current time;
+//! - [`Qp::handle_timeout`]: the current time, once [`Qp::poll_timeout`]'s deadline passed;
+//!
+//! and drained with [`Qp::poll_transmit`] (the next packet to send), [`Qp::poll_completion`]
+//! and [`Qp::poll_event`].
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::counters::Counters;
+use super::memory::{Access, Memory};
+use super::responder::RespState;
+use super::wr::{Payload, RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
+use super::{Time, Transmit};
+use crate::wire::{Packet, Psn, Transport};
+
+/// Queue pair transport service type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpType {
+    /// Reliable Connected.
+    Rc,
+    /// Unreliable Connected.
+    Uc,
+    /// Unreliable Datagram.
+    Ud,
+}
+
+impl QpType {
+    /// The opcode transport prefix of this service.
+    pub fn transport(self) -> Transport {
+        match self {
+            QpType::Rc => Transport::Rc,
+            QpType::Uc => Transport::Uc,
+            QpType::Ud => Transport::Ud,
+        }
+    }
+}
+
+/// Queue pair state (`ibv_qp_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpState {
+    /// Just created or reset: nothing is processed.
+    Reset,
+    /// Initialised: receives may be posted.
+    Init,
+    /// Ready to receive.
+    Rtr,
+    /// Ready to send.
+    Rts,
+    /// Send queue drain: no new send work request is started.
+    Sqd,
+    /// Send queue error (UC/UD).
+    Sqe,
+    /// Error: every work request completes with `WR_FLUSH_ERR`.
+    Err,
+}
+
+/// Path MTU (`ibv_mtu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mtu {
+    /// 256 bytes.
+    Mtu256 = 1,
+    /// 512 bytes.
+    Mtu512 = 2,
+    /// 1024 bytes.
+    Mtu1024 = 3,
+    /// 2048 bytes.
+    Mtu2048 = 4,
+    /// 4096 bytes.
+    Mtu4096 = 5,
+}
+
+impl Mtu {
+    /// Payload bytes per packet.
+    pub const fn bytes(self) -> u32 {
+        128 << (self as u32)
+    }
+    /// The MTU of `n` bytes, if it is one of the five IB MTUs.
+    pub fn from_bytes(n: u32) -> Option<Mtu> {
+        [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096]
+            .into_iter()
+            .find(|m| m.bytes() == n)
+    }
+    /// The MTU with ibverbs enum value `v` (1..=5).
+    pub fn from_ibv(v: u32) -> Option<Mtu> {
+        [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096]
+            .into_iter()
+            .find(|m| *m as u32 == v)
+    }
+    /// The largest IB MTU that fits in `n` bytes (at least 256), as rxe derives the active
+    /// MTU from the netdev MTU minus headers.
+    pub fn largest_within(n: u32) -> Mtu {
+        [Mtu::Mtu4096, Mtu::Mtu2048, Mtu::Mtu1024, Mtu::Mtu512]
+            .into_iter()
+            .find(|m| m.bytes() <= n)
+            .unwrap_or(Mtu::Mtu256)
+    }
+}
+
+/// Queue capacities given at creation (`ibv_qp_cap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Send queue depth.
+    pub max_send_wr: u32,
+    /// Receive queue depth.
+    pub max_recv_wr: u32,
+    /// Scatter/gather entries per send work request.
+    pub max_send_sge: u32,
+    /// Scatter/gather entries per receive work request.
+    pub max_recv_sge: u32,
+    /// Largest inline payload.
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCaps {
+    fn default() -> QpCaps {
+        QpCaps { max_send_wr: 128, max_recv_wr: 128, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 256 }
+    }
+}
+
+/// The largest message (`max_msg_sz`): 2^31 bytes.
+pub const MAX_MSG_SIZE: u64 = 1 << 31;
+
+/// Current attributes of a QP (the transport's part of `ibv_qp_attr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpAttr {
+    /// Remote access rights the QP grants (RDMA READ/WRITE/atomic).
+    pub access: Access,
+    /// Path MTU.
+    pub path_mtu: Mtu,
+    /// Destination QP number (RC/UC).
+    pub dest_qpn: u32,
+    /// First PSN the responder expects.
+    pub rq_psn: Psn,
+    /// First PSN the requester sends.
+    pub sq_psn: Psn,
+    /// READs/atomics this QP may have outstanding as requester.
+    pub max_rd_atomic: u8,
+    /// READs/atomics this QP accepts as responder.
+    pub max_dest_rd_atomic: u8,
+    /// RNR NAK timer code this responder asks for (0..=31).
+    pub min_rnr_timer: u8,
+    /// Local ACK timeout code: 4.096 µs × 2^timeout, 0 = infinite.
+    pub timeout: u8,
+    /// Transport retries after timeouts or sequence NAKs (0..=7).
+    pub retry_cnt: u8,
+    /// Retries after RNR NAKs (0..=7, 7 = infinite).
+    pub rnr_retry: u8,
+    /// Q_Key (UD).
+    pub qkey: u32,
+}
+
+impl Default for QpAttr {
+    fn default() -> QpAttr {
+        QpAttr {
+            access: Access::NONE,
+            path_mtu: Mtu::Mtu256,
+            dest_qpn: 0,
+            rq_psn: Psn::new(0),
+            sq_psn: Psn::new(0),
+            max_rd_atomic: 0,
+            max_dest_rd_atomic: 0,
+            min_rnr_timer: 0,
+            timeout: 0,
+            retry_cnt: 0,
+            rnr_retry: 0,
+            qkey: 0,
+        }
+    }
+}
+
+/// A `modify_qp` request: the target state and the attributes to change (`None` = leave as
+/// is; the attribute mask of `ibv_modify_qp`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpAttrUpdate {
+    /// Target state.
+    pub state: Option<QpState>,
+    /// `IBV_QP_ACCESS_FLAGS`.
+    pub access: Option<Access>,
+    /// `IBV_QP_PATH_MTU`.
+    pub path_mtu: Option<Mtu>,
+    /// `IBV_QP_DEST_QPN`.
+    pub dest_qpn: Option<u32>,
+    /// `IBV_QP_RQ_PSN`.
+    pub rq_psn: Option<Psn>,
+    /// `IBV_QP_SQ_PSN`.
+    pub sq_psn: Option<Psn>,
+    /// `IBV_QP_MAX_QP_RD_ATOMIC`.
+    pub max_rd_atomic: Option<u8>,
+    /// `IBV_QP_MAX_DEST_RD_ATOMIC`.
+    pub max_dest_rd_atomic: Option<u8>,
+    /// `IBV_QP_MIN_RNR_TIMER`.
+    pub min_rnr_timer: Option<u8>,
+    /// `IBV_QP_TIMEOUT`.
+    pub timeout: Option<u8>,
+    /// `IBV_QP_RETRY_CNT`.
+    pub retry_cnt: Option<u8>,
+    /// `IBV_QP_RNR_RETRY`.
+    pub rnr_retry: Option<u8>,
+    /// `IBV_QP_QKEY`.
+    pub qkey: Option<u32>,
+    /// `IBV_QP_AV` was given (the address vector itself lives in the verbs layer).
+    pub av: bool,
+    /// `IBV_QP_PORT` was given.
+    pub port: bool,
+    /// `IBV_QP_PKEY_INDEX` was given.
+    pub pkey_index: bool,
+}
+
+/// Largest number of READs/atomics outstanding in either direction (rxe's
+/// `max_qp_rd_atom`).
+pub const MAX_RD_ATOMIC: u8 = 128;
+
+/// Why a `modify_qp` was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ModifyError {
+    /// The IBTA state machine has no such transition for this QP type.
+    #[error("invalid QP state transition {from:?} -> {to:?}")]
+    InvalidTransition {
+        /// Current state.
+        from: QpState,
+        /// Requested state.
+        to: QpState,
+    },
+    /// The transition requires an attribute that was not given.
+    #[error("attribute {0} is required for this transition")]
+    MissingAttribute(&'static str),
+    /// An attribute was given that this transition does not accept.
+    #[error("attribute {0} cannot be modified in this transition")]
+    UnexpectedAttribute(&'static str),
+    /// An attribute is out of range.
+    #[error("attribute {0} is out of range")]
+    InvalidAttribute(&'static str),
+}
+
+/// Why a work request was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    /// The QP state does not accept this queue's work requests.
+    #[error("QP is in state {0:?}, which does not accept this work request")]
+    InvalidState(QpState),
+    /// The queue is full.
+    #[error("queue full")]
+    QueueFull,
+    /// More scatter/gather entries than the QP was created with.
+    #[error("too many scatter/gather entries ({got} > {max})")]
+    TooManySge {
+        /// Given.
+        got: usize,
+        /// Allowed.
+        max: u32,
+    },
+    /// The inline payload exceeds `max_inline_data`.
+    #[error("inline data too long ({got} > {max})")]
+    InlineTooLong {
+        /// Given.
+        got: u64,
+        /// Allowed.
+        max: u32,
+    },
+    /// The operation is not supported on this QP type.
+    #[error("operation not supported on this QP type")]
+    OpNotSupported,
+    /// The message exceeds `max_msg_sz` (2^31 bytes) or the UD path MTU.
+    #[error("message too long ({0} bytes)")]
+    MessageTooLong(u64),
+    /// Atomic operations need an 8-byte local buffer and an 8-byte-aligned remote address.
+    #[error("atomic operations need 8 bytes locally and an 8-byte aligned remote address")]
+    BadAtomic,
+    /// UD sends need a destination.
+    #[error("UD send without an address handle")]
+    NoDestination,
+}
+
+/// Asynchronous events a QP raises (`ibv_event_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpEvent {
+    /// `IBV_EVENT_QP_FATAL`: the QP went to the error state.
+    Fatal,
+    /// `IBV_EVENT_QP_REQ_ERR`: the responder detected an invalid request.
+    RequestError,
+    /// `IBV_EVENT_QP_ACCESS_ERR`: the responder detected an access violation.
+    AccessError,
+    /// `IBV_EVENT_SQ_DRAINED`: the send queue drained in SQD.
+    SqDrained,
+}
+
+/// Where a send WQE stands (rxe's `wqe_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WqeState {
+    /// Not started.
+    Posted,
+    /// Some packets sent.
+    Processing,
+    /// All packets sent, waiting for the acknowledgement (RC).
+    Pending,
+    /// Finished without acknowledgement (UC/UD) — ready to complete.
+    Done,
+    /// Failed; `status` says how.
+    Error,
+}
+
+/// A send work request as the requester and completer track it.
+#[derive(Debug, Clone)]
+pub(crate) struct SendWqe {
+    pub wr: SendWr,
+    pub len: u64,
+    pub state: WqeState,
+    pub status: WcStatus,
+    pub first_psn: Psn,
+    pub last_psn: Psn,
+    /// SEND/WRITE: bytes already put into packets.
+    pub sent: u64,
+    /// READ: bytes already placed by READ responses.
+    pub read_done: u64,
+    /// Took one of the `max_rd_atomic` credits.
+    pub has_rd_atomic: bool,
+}
+
+/// Tunables that are not IBTA attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpTuning {
+    /// Largest number of unacknowledged PSNs in flight (rxe: 128).
+    pub max_unacked_psns: u32,
+    /// AckReq is set on the last packet of each message and after this many packets
+    /// without one (rxe: 65).
+    pub ack_req_every: u32,
+}
+
+impl Default for QpTuning {
+    fn default() -> QpTuning {
+        QpTuning { max_unacked_psns: 128, ack_req_every: 65 }
+    }
+}
+
+/// Requester state (rxe's `qp->req`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReqState {
+    /// Next PSN to send.
+    pub psn: Psn,
+    /// Index into the send queue of the next WQE to send from.
+    pub wqe_index: usize,
+    /// Packets sent since the last AckReq.
+    pub noack_pkts: u32,
+    /// READ/atomic credits left.
+    pub rd_atomic: u8,
+    /// A go-back-N retransmission is due.
+    pub need_retry: bool,
+    /// A local error stopped the requester; it waits for the completer to reach the failed WQE.
+    pub error: bool,
+    /// Waiting for the RNR timer before retrying.
+    pub wait_rnr: bool,
+}
+
+/// Completer state (rxe's `qp->comp`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CompState {
+    /// Oldest unacknowledged PSN.
+    pub psn: Psn,
+    /// Inside a multi-packet READ response: the last response opcode seen.
+    pub opcode: Option<crate::wire::Opcode>,
+    /// Retries left.
+    pub retry_cnt: u8,
+    /// RNR retries left.
+    pub rnr_retry: u8,
+    /// A retry is under way; duplicate NAKs do not start another.
+    pub started_retry: bool,
+}
+
+/// A queue pair as a sans-IO state machine.
+#[derive(Debug)]
+pub struct Qp {
+    pub(crate) qpn: u32,
+    pub(crate) qp_type: QpType,
+    pub(crate) pd: u32,
+    pub(crate) caps: QpCaps,
+    pub(crate) state: QpState,
+    pub(crate) attr: QpAttr,
+    pub(crate) tuning: QpTuning,
+    pub(crate) sq: VecDeque<SendWqe>,
+    pub(crate) rq: VecDeque<RecvWr>,
+    pub(crate) req: ReqState,
+    pub(crate) comp: CompState,
+    pub(crate) resp: RespState,
+    pub(crate) send_wcs: VecDeque<WorkCompletion>,
+    pub(crate) recv_wcs: VecDeque<WorkCompletion>,
+    pub(crate) events: VecDeque<QpEvent>,
+    pub(crate) counters: Counters,
+    pub(crate) retransmit_at: Option<Time>,
+    pub(crate) rnr_at: Option<Time>,
+    /// Alternates responder and requester output so neither starves the other.
+    pub(crate) tx_turn: bool,
+    pub(crate) sq_drained_reported: bool,
+}
+
+impl Qp {
+    /// A new QP in the RESET state.
+    pub fn new(qpn: u32, qp_type: QpType, pd: u32, caps: QpCaps) -> Qp {
+        Qp {
+            qpn: qpn & 0xff_ffff,
+            qp_type,
+            pd,
+            caps,
+            state: QpState::Reset,
+            attr: QpAttr::default(),
+            tuning: QpTuning::default(),
+            sq: VecDeque::new(),
+            rq: VecDeque::new(),
+            req: ReqState::default(),
+            comp: CompState::default(),
+            resp: RespState::default(),
+            send_wcs: VecDeque::new(),
+            recv_wcs: VecDeque::new(),
+            events: VecDeque::new(),
+            counters: Counters::default(),
+            retransmit_at: None,
+            rnr_at: None,
+            tx_turn: false,
+            sq_drained_reported: false,
+        }
+    }
+
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+    /// Transport type.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+    /// Protection domain.
+    pub fn pd(&self) -> u32 {
+        self.pd
+    }
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+    /// Current attributes.
+    pub fn attr(&self) -> &QpAttr {
+        &self.attr
+    }
+    /// Capacities.
+    pub fn caps(&self) -> &QpCaps {
+        &self.caps
+    }
+    /// Counters, named after kernel rxe's hw_counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+    /// Mutable counters (for the engine's receive-path drops).
+    pub fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.counters
+    }
+    /// Tunables.
+    pub fn tuning(&self) -> QpTuning {
+        self.tuning
+    }
+    /// Changes the tunables.
+    pub fn set_tuning(&mut self, t: QpTuning) {
+        self.tuning = t;
+    }
+    /// Send work requests queued and not yet completed.
+    pub fn send_queue_len(&self) -> usize {
+        self.sq.len()
+    }
+    /// Receive work requests queued.
+    pub fn recv_queue_len(&self) -> usize {
+        self.rq.len()
+    }
+    /// The next PSN the requester will send (`sq_psn` as `query_qp` reports it).
+    pub fn next_send_psn(&self) -> Psn {
+        self.req.psn
+    }
+    /// The PSN the responder expects next.
+    pub fn expected_psn(&self) -> Psn {
+        self.resp.psn
+    }
+
+    /// `ibv_modify_qp`: checks the transition against the IBTA table for this QP type, the
+    /// required and allowed attributes and their ranges, then applies it.
+    pub fn modify(&mut self, u: &QpAttrUpdate) -> Result<(), ModifyError> {
+        use QpState as S;
+        let from = self.state;
+        let to = u.state.unwrap_or(from);
+        let rc = self.qp_type == QpType::Rc;
+        let ud = self.qp_type == QpType::Ud;
+        // (required, allowed) attribute names for each legal transition.
+        let (required, allowed): (&[&str], &[&str]) = match (from, to) {
+            (_, S::Reset) | (_, S::Err) => (&[], &[]),
+            (S::Reset, S::Init) => {
+                if ud {
+                    (&["pkey_index", "port", "qkey"], &[])
+                } else {
+                    (&["pkey_index", "port", "access"], &[])
+                }
+            }
+            (S::Init, S::Init) => {
+                (&[], if ud { &["pkey_index", "port", "qkey"] } else { &["pkey_index", "port", "access"] })
+            }
+            (S::Init, S::Rtr) => {
+                if rc {
+                    (
+                        &["av", "path_mtu", "dest_qpn", "rq_psn", "max_dest_rd_atomic", "min_rnr_timer"],
+                        &["access", "pkey_index"],
+                    )
+                } else if ud {
+                    (&[], &["pkey_index", "qkey"])
+                } else {
+                    (&["av", "path_mtu", "dest_qpn", "rq_psn"], &["access", "pkey_index"])
+                }
+            }
+            (S::Rtr, S::Rts) => {
+                if rc {
+                    (
+                        &["timeout", "retry_cnt", "rnr_retry", "sq_psn", "max_rd_atomic"],
+                        &["access", "min_rnr_timer"],
+                    )
+                } else if ud {
+                    (&["sq_psn"], &["qkey"])
+                } else {
+                    (&["sq_psn"], &["access"])
+                }
+            }
+            (S::Rts, S::Rts) | (S::Sqd, S::Rts) => (
+                &[],
+                if rc {
+                    &["access", "min_rnr_timer"]
+                } else if ud {
+                    &["qkey"]
+                } else {
+                    &["access"]
+                },
+            ),
+            (S::Rts, S::Sqd) => (&[], &[]),
+            (S::Sqd, S::Sqd) => (
+                &[],
+                &[
+                    "av",
+                    "timeout",
+                    "retry_cnt",
+                    "rnr_retry",
+                    "max_rd_atomic",
+                    "max_dest_rd_atomic",
+                    "access",
+                    "min_rnr_timer",
+                    "qkey",
+                    "port",
+                    "pkey_index",
+                ],
+            ),
+            (S::Sqe, S::Rts) if !rc => (&[], if ud { &["qkey"] } else { &["access"] }),
+            _ => return Err(ModifyError::InvalidTransition { from, to }),
+        };
+        let given = [
+            ("access", u.access.is_some()),
+            ("path_mtu", u.path_mtu.is_some()),
+            ("dest_qpn", u.dest_qpn.is_some()),
+            ("rq_psn", u.rq_psn.is_some()),
+            ("sq_psn", u.sq_psn.is_some()),
+            ("max_rd_atomic", u.max_rd_atomic.is_some()),
+            ("max_dest_rd_atomic", u.max_dest_rd_atomic.is_some()),
+            ("min_rnr_timer", u.min_rnr_timer.is_some()),
+            ("timeout", u.timeout.is_some()),
+            ("retry_cnt", u.retry_cnt.is_some()),
+            ("rnr_retry", u.rnr_retry.is_some()),
+            ("qkey", u.qkey.is_some()),
+            ("av", u.av),
+            ("port", u.port),
+            ("pkey_index", u.pkey_index),
+        ];
+        for (name, present) in given {
+            if present
+                && !required.contains(&name)
+                && !allowed.contains(&name)
+                && !matches!(to, S::Reset | S::Err)
+            {
+                return Err(ModifyError::UnexpectedAttribute(name));
+            }
+        }
+        for name in required {
+            if !given.iter().any(|(n, p)| n == name && *p) {
+                return Err(ModifyError::MissingAttribute(name));
+            }
+        }
+        let check =
+            |ok: bool, name: &'static str| if ok { Ok(()) } else { Err(ModifyError::InvalidAttribute(name)) };
+        if let Some(v) = u.dest_qpn {
+            check(v <= 0xff_ffff && v != 0, "dest_qpn")?;
+        }
+        if let Some(v) = u.max_rd_atomic {
+            check(v <= MAX_RD_ATOMIC, "max_rd_atomic")?;
+        }
+        if let Some(v) = u.max_dest_rd_atomic {
+            check(v <= MAX_RD_ATOMIC, "max_dest_rd_atomic")?;
+        }
+        if let Some(v) = u.min_rnr_timer {
+            check(v <= 31, "min_rnr_timer")?;
+        }
+        if let Some(v) = u.timeout {
+            check(v <= 31, "timeout")?;
+        }
+        if let Some(v) = u.retry_cnt {
+            check(v <= 7, "retry_cnt")?;
+        }
+        if let Some(v) = u.rnr_retry {
+            check(v <= 7, "rnr_retry")?;
+        }
+        if let (Some(a), false) = (u.access, self.qp_type == QpType::Ud) {
+            check(Access::ALL.contains(a), "access")?;
+        }
+
+        // Apply.
+        let a = &mut self.attr;
+        if let Some(v) = u.access {
+            a.access = v;
+        }
+        if let Some(v) = u.path_mtu {
+            a.path_mtu = v;
+        }
+        if let Some(v) = u.dest_qpn {
+            a.dest_qpn = v;
+        }
+        if let Some(v) = u.rq_psn {
+            a.rq_psn = v;
+        }
+        if let Some(v) = u.sq_psn {
+            a.sq_psn = v;
+        }
+        if let Some(v) = u.max_rd_atomic {
+            a.max_rd_atomic = v;
+        }
+        if let Some(v) = u.max_dest_rd_atomic {
+            a.max_dest_rd_atomic = v;
+        }
+        if let Some(v) = u.min_rnr_timer {
+            a.min_rnr_timer = v;
+        }
+        if let Some(v) = u.timeout {
+            a.timeout = v;
+        }
+        if let Some(v) = u.retry_cnt {
+            a.retry_cnt = v;
+        }
+        if let Some(v) = u.rnr_retry {
+            a.rnr_retry = v;
+        }
+        if let Some(v) = u.qkey {
+            a.qkey = v;
+        }
+        if u.rq_psn.is_some() {
+            self.resp.reset_psn(self.attr.rq_psn);
+        }
+        if u.sq_psn.is_some() {
+            self.req.psn = self.attr.sq_psn;
+            self.comp.psn = self.attr.sq_psn;
+        }
+        if u.max_dest_rd_atomic.is_some() {
+            self.resp.resize_resources(self.attr.max_dest_rd_atomic as usize);
+        }
+        if u.max_rd_atomic.is_some() {
+            self.req.rd_atomic = self.attr.max_rd_atomic;
+        }
+        if u.retry_cnt.is_some() || u.rnr_retry.is_some() {
+            self.comp.retry_cnt = self.attr.retry_cnt;
+            self.comp.rnr_retry = self.attr.rnr_retry;
+        }
+        match to {
+            S::Reset => self.reset(),
+            S::Err if from != S::Err => self.enter_error(false),
+            S::Sqd => self.sq_drained_reported = false,
+            _ => {}
+        }
+        self.state = to;
+        Ok(())
+    }
+
+    /// Back to RESET: queues emptied without completions, state cleared.
+    fn reset(&mut self) {
+        let (qpn, ty, pd, caps, tuning) = (self.qpn, self.qp_type, self.pd, self.caps, self.tuning);
+        let counters = self.counters.clone();
+        *self = Qp::new(qpn, ty, pd, caps);
+        self.tuning = tuning;
+        self.counters = counters;
+    }
+
+    /// Moves the QP to ERR: every outstanding send and receive WQE completes with
+    /// `WR_FLUSH_ERR` (the head send WQE with its own status if it failed), timers stop.
+    /// Queued NAKs still go out; READ responses in progress do not.
+    pub(crate) fn enter_error(&mut self, fatal: bool) {
+        if self.state == QpState::Err {
+            return;
+        }
+        self.state = QpState::Err;
+        if fatal {
+            self.events.push_back(QpEvent::Fatal);
+        }
+        self.retransmit_at = None;
+        self.rnr_at = None;
+        self.req.need_retry = false;
+        self.req.wait_rnr = false;
+        while let Some(w) = self.sq.pop_front() {
+            let status = if w.state == WqeState::Error { w.status } else { WcStatus::WrFlushErr };
+            self.push_send_wc_for(&w, status);
+        }
+        self.req.wqe_index = 0;
+        self.resp.flush_in_error(self.qpn, &mut self.rq, &mut self.recv_wcs);
+    }
+
+    /// Queues the completion of a send WQE (every error; successes when signaled).
+    pub(crate) fn push_send_wc_for(&mut self, w: &SendWqe, status: WcStatus) {
+        if w.wr.op.is_send() {
+            self.counters.rdma_sends += 1;
+        }
+        if status == WcStatus::Success && !w.wr.signaled {
+            return;
+        }
+        let mut wc = WorkCompletion::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.qpn);
+        if status == WcStatus::Success {
+            wc.byte_len = w.len as u32;
+            wc.imm_data = w.wr.op.imm();
+        }
+        self.send_wcs.push_back(wc);
+    }
+
+    /// `ibv_post_send` for one work request.
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        match self.state {
+            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
+            s => return Err(PostError::InvalidState(s)),
+        }
+        if self.sq.len() >= self.caps.max_send_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        let len = wr.payload.len();
+        match &wr.payload {
+            Payload::Sges(s) if s.len() > self.caps.max_send_sge as usize => {
+                return Err(PostError::TooManySge { got: s.len(), max: self.caps.max_send_sge });
+            }
+            Payload::Inline(b) if b.len() as u64 > self.caps.max_inline_data as u64 => {
+                return Err(PostError::InlineTooLong { got: len, max: self.caps.max_inline_data });
+            }
+            _ => {}
+        }
+        let supported = match self.qp_type {
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                wr.op,
+                SendOp::Send | SendOp::SendWithImm(_) | SendOp::RdmaWrite(_) | SendOp::RdmaWriteWithImm(..)
+            ),
+            QpType::Ud => matches!(wr.op, SendOp::Send | SendOp::SendWithImm(_)),
+        };
+        if !supported {
+            return Err(PostError::OpNotSupported);
+        }
+        if len > MAX_MSG_SIZE {
+            return Err(PostError::MessageTooLong(len));
+        }
+        if self.qp_type == QpType::Ud {
+            if wr.ud.is_none() {
+                return Err(PostError::NoDestination);
+            }
+            if len > self.attr.path_mtu.bytes() as u64 {
+                return Err(PostError::MessageTooLong(len));
+            }
+        }
+        if wr.op.is_atomic() {
+            let aligned = wr.op.remote().is_some_and(|r| r.addr % 8 == 0);
+            if len != 8 || !aligned || matches!(wr.payload, Payload::Inline(_)) {
+                return Err(PostError::BadAtomic);
+            }
+        }
+        if matches!(wr.op, SendOp::RdmaRead(_)) && matches!(wr.payload, Payload::Inline(_)) {
+            return Err(PostError::OpNotSupported);
+        }
+        let wqe = SendWqe {
+            wr,
+            len,
+            state: WqeState::Posted,
+            status: WcStatus::Success,
+            first_psn: Psn::new(0),
+            last_psn: Psn::new(0),
+            sent: 0,
+            read_done: 0,
+            has_rd_atomic: false,
+        };
+        if self.state == QpState::Err {
+            self.push_send_wc_for(&wqe, WcStatus::WrFlushErr);
+        } else {
+            self.sq.push_back(wqe);
+        }
+        Ok(())
+    }
+
+    /// `ibv_post_recv` for one work request.
+    pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        if self.state == QpState::Reset {
+            return Err(PostError::InvalidState(self.state));
+        }
+        if self.rq.len() >= self.caps.max_recv_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        if wr.sg_list.len() > self.caps.max_recv_sge as usize {
+            return Err(PostError::TooManySge { got: wr.sg_list.len(), max: self.caps.max_recv_sge });
+        }
+        if self.state == QpState::Err {
+            let opcode = WcOpcode::Recv;
+            self.recv_wcs.push_back(WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, opcode, self.qpn));
+        } else {
+            self.rq.push_back(wr);
+        }
+        Ok(())
+    }
+
+    /// Handles a packet addressed to this QP (already checked by the engine: ICRC, QPN,
+    /// transport type and source address).
+    pub fn handle_packet<M: Memory>(&mut self, now: Time, pkt: &Packet<'_>, mem: &M) {
+        let info = pkt.info();
+        if info.transport != self.qp_type.transport() {
+            self.counters.rcvd_dropped += 1;
+            return;
+        }
+        self.counters.rcvd_pkts += 1;
+        match info.direction {
+            crate::wire::Direction::Request => {
+                if matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+                    self.responder_handle(now, pkt, mem);
+                } else {
+                    self.counters.rcvd_dropped += 1;
+                }
+            }
+            crate::wire::Direction::Response => {
+                if matches!(self.state, QpState::Rts | QpState::Sqd) && self.qp_type == QpType::Rc {
+                    self.completer_handle(now, Some(pkt), mem);
+                } else {
+                    self.counters.rcvd_dropped += 1;
+                }
+            }
+        }
+        self.check_sq_drained();
+    }
+
+    /// Handles expired timers.
+    pub fn handle_timeout<M: Memory>(&mut self, now: Time, mem: &M) {
+        if self.rnr_at.is_some_and(|t| t <= now) {
+            self.rnr_at = None;
+            self.req.wait_rnr = false;
+            self.req.need_retry = true;
+        }
+        if self.retransmit_at.is_some_and(|t| t <= now) {
+            self.retransmit_at = None;
+            self.completer_timeout(now, mem);
+        }
+    }
+
+    /// The earliest deadline at which [`Qp::handle_timeout`] must be called.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        match (self.retransmit_at, self.rnr_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Builds the next packet to send into `buf` (BTH through ICRC; the ICRC is left zero for
+    /// the engine, which knows the IP and UDP headers it covers). `buf` must hold a full
+    /// packet at the path MTU: [`Qp::max_packet_len`] bytes.
+    pub fn poll_transmit<M: Memory>(&mut self, now: Time, mem: &M, buf: &mut [u8]) -> Option<Transmit> {
+        if buf.len() < self.max_packet_len() {
+            return None;
+        }
+        let t = if self.tx_turn {
+            self.requester_transmit(now, mem, buf).or_else(|| self.responder_transmit(mem, buf))
+        } else {
+            self.responder_transmit(mem, buf).or_else(|| self.requester_transmit(now, mem, buf))
+        };
+        if t.is_some() {
+            self.tx_turn = !self.tx_turn;
+            self.counters.sent_pkts += 1;
+        }
+        self.check_sq_drained();
+        t
+    }
+
+    /// True when [`Qp::poll_transmit`] may have a packet (cheap check for the engine's
+    /// scheduler; a `true` can still yield nothing, e.g. when the window is closed).
+    pub fn wants_transmit(&self) -> bool {
+        self.resp.has_output()
+            || (self.req.wqe_index < self.sq.len() && !self.req.wait_rnr)
+            || self.req.need_retry
+    }
+
+    /// Largest packet this QP builds: headers, a path-MTU payload, ICRC.
+    pub fn max_packet_len(&self) -> usize {
+        // BTH + the longest extension chain (RETH + ImmDt or DETH + ImmDt or AETH + AtomicAck)
+        // + payload + pad + ICRC.
+        12 + 32 + self.attr.path_mtu.bytes() as usize + 4
+    }
+
+    /// The next work completion for the send CQ.
+    pub fn poll_send_completion(&mut self) -> Option<WorkCompletion> {
+        self.send_wcs.pop_front()
+    }
+
+    /// The next work completion for the receive CQ.
+    pub fn poll_recv_completion(&mut self) -> Option<WorkCompletion> {
+        self.recv_wcs.pop_front()
+    }
+
+    /// The next asynchronous event.
+    pub fn poll_event(&mut self) -> Option<QpEvent> {
+        self.events.pop_front()
+    }
+
+    /// Raises SQ_DRAINED once in SQD when no send WQE is in flight.
+    fn check_sq_drained(&mut self) {
+        if self.state == QpState::Sqd
+            && !self.sq_drained_reported
+            && self.sq.iter().all(|w| w.state == WqeState::Posted)
+        {
+            self.sq_drained_reported = true;
+            self.events.push_back(QpEvent::SqDrained);
+        }
+    }
+
+    /// The retransmit timeout as a duration (`None` for timeout 0 = infinite).
+    pub(crate) fn retransmit_interval(&self) -> Option<Duration> {
+        (self.attr.timeout != 0).then(|| Duration::from_nanos(4096u64 << self.attr.timeout))
+    }
+}

@@ -1,0 +1,805 @@
+//! Named RC scenarios: one per error case testers of real rxe use, and the responder rules
+//! of the IBTA, each driven packet by packet.
+
+mod common;
+
+use common::duo::*;
+use softroce::transport::sim::{PD, PairConfig};
+use softroce::transport::*;
+use softroce::wire::aeth::{NakCode, Syndrome};
+use softroce::wire::{Opcode, Packet, Psn};
+use std::time::Duration;
+
+fn duo() -> Duo {
+    Duo::new(PairConfig { mtu: Mtu::Mtu1024, ..PairConfig::default() })
+}
+
+/// The local ACK timeout of the default PairConfig (timeout code 8).
+const RTO: Duration = Duration::from_nanos(4096 << 8);
+
+fn send(d: &mut Duo, id: u64, off: u64, len: u32) {
+    d.a.post_send(SendWr::new(id, SendOp::Send, &[Duo::sge(off, len)])).unwrap();
+}
+
+fn recv(d: &mut Duo, id: u64, off: u64, len: u32) {
+    d.b.post_recv(RecvWr::new(id, &[Duo::sge(off, len)])).unwrap();
+}
+
+fn fill(m: &VecMemory, key: u32, addr: u64, len: usize, seed: u8) -> Vec<u8> {
+    let v: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+    m.set(key, addr, &v);
+    v
+}
+
+#[test]
+fn ghost_ack_is_ignored() {
+    let mut d = duo();
+    let qpn = d.a.qpn();
+    // Nothing outstanding: an ACK for any PSN changes nothing.
+    d.deliver_a(&[response(Opcode::RC_ACK, qpn, Psn::new(0x123), Syndrome::Ack { credits: 31 }, 1)]);
+    assert!(d.a_send.is_empty());
+    assert_eq!(d.a.state(), QpState::Rts);
+    // One SEND outstanding; an ACK beyond anything sent is a ghost too.
+    recv(&mut d, 1, 0, 64);
+    send(&mut d, 7, 0, 64);
+    let req = d.tx_a();
+    let future = psn(&req[0]).add(5);
+    d.deliver_a(&[response(Opcode::RC_ACK, qpn, future, Syndrome::Ack { credits: 31 }, 9)]);
+    assert!(d.a_send.is_empty(), "a ghost ACK completed a request");
+    assert_eq!(d.a.counters().rcvd_dropped, 2);
+    d.deliver_b(&req);
+    let ack = d.tx_b();
+    d.deliver_a(&ack);
+    assert_eq!(d.a_send.len(), 1);
+    assert_eq!(d.a_send[0].status, WcStatus::Success);
+}
+
+#[test]
+fn read_response_for_a_write_is_a_fatal_error() {
+    let mut d = duo();
+    d.a.post_send(SendWr::new(1, SendOp::RdmaWrite(Duo::remote(0)), &[Duo::sge(0, 100)])).unwrap();
+    send(&mut d, 2, 0, 10);
+    let req = d.tx_a();
+    let bogus =
+        response(Opcode::RC_READ_RESP_ONLY, d.a.qpn(), psn(&req[0]), Syndrome::Ack { credits: 31 }, 1);
+    d.deliver_a(&[bogus]);
+    assert_eq!(d.a.state(), QpState::Err);
+    assert_eq!(
+        d.a_send.iter().map(|w| w.status).collect::<Vec<_>>(),
+        [WcStatus::FatalErr, WcStatus::WrFlushErr]
+    );
+}
+
+#[test]
+fn atomic_ack_for_a_send_is_a_bad_response() {
+    let mut d = duo();
+    recv(&mut d, 1, 0, 64);
+    send(&mut d, 1, 0, 10);
+    let req = d.tx_a();
+    let bogus = response(Opcode::RC_ATOMIC_ACK, d.a.qpn(), psn(&req[0]), Syndrome::Ack { credits: 31 }, 1);
+    d.deliver_a(&[bogus]);
+    assert_eq!(d.a.state(), QpState::Err);
+    assert_eq!(d.a_send[0].status, WcStatus::BadRespErr);
+}
+
+#[test]
+fn sequence_nak_retry_succeeds() {
+    let mut d = duo();
+    recv(&mut d, 1, 0, 4096);
+    let data = fill(&d.ma, BUF, BUF_ADDR, 3000, 1);
+    send(&mut d, 1, 0, 3000);
+    let mut req = d.tx_a();
+    assert_eq!(
+        req.iter().map(|p| op(p)).collect::<Vec<_>>(),
+        [Opcode::RC_SEND_FIRST, Opcode::RC_SEND_MIDDLE, Opcode::RC_SEND_LAST]
+    );
+    let lost = req.remove(1);
+    d.deliver_b(&req);
+    let nak = d.tx_b();
+    // Exactly one NAK for the gap, carrying the expected PSN.
+    assert_eq!(nak.len(), 1);
+    assert_eq!(syndrome(&nak[0]), Some(Syndrome::Nak(NakCode::PsnSequenceError)));
+    assert_eq!(psn(&nak[0]), psn(&lost));
+    d.deliver_a(&nak);
+    // Go-back-N from the NAKed PSN: Middle then Last, same PSNs.
+    let again = d.tx_a();
+    assert_eq!(again.len(), 2);
+    assert_eq!(again[0], lost);
+    d.deliver_b(&again);
+    d.settle();
+    assert_eq!(d.a_send[0].status, WcStatus::Success);
+    assert_eq!(d.b_recv[0].byte_len, 3000);
+    assert_eq!(d.mb.get(BUF, BUF_ADDR, 3000), data);
+    assert_eq!(d.b.counters().out_of_seq_request, 1);
+    assert_eq!(d.a.counters().rcvd_seq_err, 1, "the NAK acknowledged the First packet implicitly");
+    assert_eq!(d.a.counters().completer_retry_err, 1);
+}
+
+#[test]
+fn sequence_nak_retries_exhausted() {
+    let mut d = Duo::new(PairConfig { retry_cnt: 2, ..PairConfig::default() });
+    recv(&mut d, 1, 0, 4096);
+    send(&mut d, 1, 0, 3000);
+    send(&mut d, 2, 0, 10);
+    let mut rounds = 0;
+    loop {
+        let mut req = d.tx_a();
+        if req.is_empty() {
+            if d.a.state() == QpState::Err {
+                break;
+            }
+            d.advance(RTO);
+            continue;
+        }
+        // The First packet always arrives, the rest is lost each time: B NAKs, A retries,
+        // no progress.
+        req.retain(|p| op(p) != Opcode::RC_SEND_MIDDLE);
+        d.deliver_b(&req);
+        let resp = d.tx_b();
+        d.deliver_a(&resp);
+        rounds += 1;
+        assert!(rounds < 20);
+    }
+    assert_eq!(
+        d.a_send.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(d.a.counters().retry_exceeded_err, 1);
+    assert_eq!(d.a.counters().completer_retry_err, 2, "two retries, then the error");
+}
+
+#[test]
+fn implied_nak_retries_a_lost_read_response() {
+    let mut d = duo();
+    let data = fill(&d.mb, TGT, TGT_ADDR, 100, 3);
+    recv(&mut d, 1, 0, 64);
+    d.a.post_send(SendWr::new(1, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(0, 100)])).unwrap();
+    send(&mut d, 2, 512, 10);
+    let req = d.tx_a();
+    assert_eq!(req.len(), 2);
+    d.deliver_b(&req);
+    let mut resp = d.tx_b();
+    assert_eq!(resp.iter().map(|p| op(p)).collect::<Vec<_>>(), [Opcode::RC_READ_RESP_ONLY, Opcode::RC_ACK]);
+    resp.remove(0); // the READ response is lost; the ACK of the later SEND arrives
+    d.deliver_a(&resp);
+    // The ACK beyond the READ implies its response was lost: the READ is resent at once.
+    let again = d.tx_a();
+    assert_eq!(again.iter().map(|p| op(p)).collect::<Vec<_>>(), [Opcode::RC_READ_REQ, Opcode::RC_SEND_ONLY]);
+    d.deliver_b(&again);
+    d.settle();
+    assert_eq!(
+        d.a_send.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(d.ma.get(BUF, BUF_ADDR, 100), data);
+    assert_eq!(d.b_recv.len(), 1, "the duplicate SEND was not executed twice");
+    assert_eq!(d.b.counters().duplicate_read_replayed, 1);
+}
+
+#[test]
+fn local_ack_timeout_retry_succeeds() {
+    let mut d = duo();
+    recv(&mut d, 1, 0, 64);
+    send(&mut d, 1, 0, 64);
+    let req = d.tx_a();
+    d.deliver_b(&req);
+    let _lost_ack = d.tx_b();
+    assert_eq!(d.a.poll_timeout(), Some(Time::ZERO + RTO));
+    d.advance(RTO - Duration::from_nanos(1));
+    assert!(d.tx_a().is_empty(), "nothing before the timeout");
+    d.advance(Duration::from_nanos(1));
+    let again = d.tx_a();
+    assert_eq!(again, req, "the same packet, same PSN");
+    d.deliver_b(&again);
+    let ack = d.tx_b();
+    assert_eq!(psn(&ack[0]), psn(&req[0]));
+    d.deliver_a(&ack);
+    assert_eq!(d.a_send[0].status, WcStatus::Success);
+    assert_eq!(d.b_recv.len(), 1);
+    assert_eq!(d.b.counters().duplicate_request, 1);
+    assert_eq!(d.a.counters().local_ack_timeout_err, 1);
+}
+
+#[test]
+fn local_ack_timeout_retries_exhausted() {
+    let mut d = Duo::new(PairConfig { retry_cnt: 3, ..PairConfig::default() });
+    send(&mut d, 1, 0, 64);
+    send(&mut d, 2, 0, 64);
+    let mut sends = 0;
+    for _ in 0..10 {
+        sends += d.tx_a().len(); // all lost
+        d.advance(RTO);
+    }
+    assert_eq!(sends, 2 * 4, "first transmission plus three retries of both");
+    assert_eq!(d.a.state(), QpState::Err);
+    assert_eq!(
+        d.a_send.iter().map(|w| w.status).collect::<Vec<_>>(),
+        [WcStatus::RetryExcErr, WcStatus::WrFlushErr]
+    );
+    assert_eq!(d.a.poll_timeout(), None);
+}
+
+#[test]
+fn retry_cnt_seven_means_seven_retries() {
+    let mut d = Duo::new(PairConfig { retry_cnt: 7, ..PairConfig::default() });
+    send(&mut d, 1, 0, 64);
+    let mut sends = 0;
+    for _ in 0..20 {
+        sends += d.tx_a().len();
+        d.advance(RTO);
+    }
+    assert_eq!(sends, 8);
+    assert_eq!(d.a_send[0].status, WcStatus::RetryExcErr);
+}
+
+#[test]
+fn rkey_violations_are_remote_access_errors() {
+    for (what, remote, len) in [
+        ("wrong rkey", RemoteAddr { addr: TGT_ADDR, rkey: 0x999 }, 8),
+        ("past the end", Duo::remote(LEN as u64 - 4), 8),
+        ("before the start", RemoteAddr { addr: TGT_ADDR - 8, rkey: TGT }, 8),
+        ("local-only region", RemoteAddr { addr: BUF_ADDR, rkey: BUF }, 8),
+    ] {
+        let mut d = duo();
+        d.b.post_recv(RecvWr::new(5, &[Duo::sge(0, 8)])).unwrap();
+        d.a.post_send(SendWr::new(1, SendOp::RdmaWrite(remote), &[Duo::sge(0, len)])).unwrap();
+        send(&mut d, 2, 0, 1);
+        d.settle();
+        assert_eq!(
+            d.a_send.iter().map(|w| w.status).collect::<Vec<_>>(),
+            [WcStatus::RemAccessErr, WcStatus::WrFlushErr],
+            "{what}"
+        );
+        assert_eq!(d.b.state(), QpState::Err, "{what}");
+        assert_eq!(d.b.poll_event(), Some(QpEvent::AccessError));
+        assert_eq!(d.b_recv.iter().map(|w| w.status).collect::<Vec<_>>(), [WcStatus::WrFlushErr], "{what}");
+        assert_eq!(d.mb.get(TGT, TGT_ADDR, 8), vec![0; 8], "{what}: nothing written");
+    }
+}
+
+#[test]
+fn read_without_remote_read_right_is_an_invalid_request() {
+    let mut d = duo();
+    let mut u = QpAttrUpdate { access: Some(Access::REMOTE_WRITE), ..Default::default() };
+    u.state = Some(QpState::Rts);
+    d.b.modify(&u).unwrap();
+    d.a.post_send(SendWr::new(1, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(0, 8)])).unwrap();
+    d.settle();
+    assert_eq!(d.a_send[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(d.b.poll_event(), Some(QpEvent::RequestError));
+}
+
+#[test]
+fn rnr_nak_waits_the_named_timer_then_succeeds() {
+    let mut d = Duo::new(PairConfig { min_rnr_timer: 14, ..PairConfig::default() }); // 1.28 ms
+    send(&mut d, 1, 0, 100);
+    let req = d.tx_a();
+    d.deliver_b(&req);
+    let nak = d.tx_b();
+    assert_eq!(syndrome(&nak[0]), Some(Syndrome::RnrNak { timer: 14 }));
+    assert_eq!(d.b.counters().send_rnr_err, 1);
+    d.deliver_a(&nak);
+    assert_eq!(d.a.counters().rcvd_rnr_err, 1);
+    d.advance(Duration::from_micros(1279));
+    assert!(d.tx_a().is_empty(), "no retry before the RNR timer");
+    recv(&mut d, 9, 0, 128);
+    d.advance(Duration::from_micros(1));
+    let again = d.tx_a();
+    assert_eq!(again, req);
+    d.deliver_b(&again);
+    d.settle();
+    assert_eq!(d.a_send[0].status, WcStatus::Success);
+    assert_eq!(d.b_recv[0].wr_id, 9);
+}
+
+#[test]
+fn rnr_retries_exhausted() {
+    let mut d = Duo::new(PairConfig { rnr_retry: 2, min_rnr_timer: 1, ..PairConfig::default() });
+    send(&mut d, 1, 0, 100);
+    d.run(Duration::from_secs(1));
+    assert_eq!(d.a_send[0].status, WcStatus::RnrRetryExcErr);
+    assert_eq!(d.b.counters().send_rnr_err, 3);
+    assert_eq!(d.a.counters().retry_rnr_exceeded_err, 1);
+    assert_eq!(d.b.state(), QpState::Rts, "RNR does not hurt the responder");
+}
+
+#[test]
+fn rnr_retry_seven_is_infinite() {
+    let mut d = Duo::new(PairConfig { rnr_retry: 7, min_rnr_timer: 1, ..PairConfig::default() });
+    send(&mut d, 1, 0, 100);
+    for _ in 0..50 {
+        let r = d.tx_a();
+        d.deliver_b(&r);
+        let n = d.tx_b();
+        d.deliver_a(&n);
+        d.advance(Duration::from_micros(10));
+    }
+    assert!(d.b.counters().send_rnr_err >= 40);
+    assert!(d.a_send.is_empty());
+    recv(&mut d, 3, 0, 128);
+    d.run(Duration::from_secs(1));
+    assert_eq!(d.a_send[0].status, WcStatus::Success);
+}
+
+#[test]
+fn partial_retry_of_a_multi_packet_read() {
+    let mut d = duo();
+    let data = fill(&d.mb, TGT, TGT_ADDR + 8, 5000, 9);
+    d.a.post_send(SendWr::new(1, SendOp::RdmaRead(Duo::remote(8)), &[Duo::sge(0, 5000)])).unwrap();
+    let req = d.tx_a();
+    let first = psn(&req[0]);
+    d.deliver_b(&req);
+    let mut resp = d.tx_b();
+    assert_eq!(
+        resp.iter().map(|p| op(p)).collect::<Vec<_>>(),
+        [
+            Opcode::RC_READ_RESP_FIRST,
+            Opcode::RC_READ_RESP_MIDDLE,
+            Opcode::RC_READ_RESP_MIDDLE,
+            Opcode::RC_READ_RESP_MIDDLE,
+            Opcode::RC_READ_RESP_LAST
+        ]
+    );
+    resp.remove(2);
+    d.deliver_a(&resp); // third lost: the fourth and fifth are out of order and dropped
+    assert!(d.a_send.is_empty());
+    d.advance(RTO);
+    let again = d.tx_a();
+    assert_eq!(again.len(), 1);
+    let p = Packet::new_checked(&again[0]).unwrap();
+    assert_eq!(p.bth().psn(), first.add(2), "re-requested at the first missing PSN");
+    let reth = p.reth().unwrap();
+    assert_eq!((reth.va(), reth.dma_len()), (TGT_ADDR + 8 + 2048, 5000 - 2048), "only the missing tail");
+    d.deliver_b(&again);
+    let replay = d.tx_b();
+    // The responder replays from inside the original range: Middle, Middle, Last — no First.
+    assert_eq!(
+        replay.iter().map(|p| op(p)).collect::<Vec<_>>(),
+        [Opcode::RC_READ_RESP_MIDDLE, Opcode::RC_READ_RESP_MIDDLE, Opcode::RC_READ_RESP_LAST]
+    );
+    d.deliver_a(&replay);
+    assert_eq!(d.a_send[0].status, WcStatus::Success);
+    assert_eq!(d.ma.get(BUF, BUF_ADDR, 5000), data);
+}
+
+#[test]
+fn partial_retry_of_a_multi_packet_write() {
+    let mut d = duo();
+    let data = fill(&d.ma, BUF, BUF_ADDR, 5000, 4);
+    d.a.post_send(SendWr::new(1, SendOp::RdmaWrite(Duo::remote(0)), &[Duo::sge(0, 5000)])).unwrap();
+    let mut req = d.tx_a();
+    assert_eq!(req.len(), 5);
+    let lost = req.remove(2);
+    d.deliver_b(&req);
+    let nak = d.tx_b();
+    d.deliver_a(&nak);
+    let again = d.tx_a();
+    assert_eq!(again.len(), 3);
+    assert_eq!(op(&again[0]), Opcode::RC_WRITE_MIDDLE, "resumes mid-message, no RETH");
+    assert_eq!(again[0], lost);
+    d.deliver_b(&again);
+    d.settle();
+    assert_eq!(d.a_send[0].status, WcStatus::Success);
+    assert_eq!(d.mb.get(TGT, TGT_ADDR, 5000), data);
+}
+
+#[test]
+fn remote_operational_error() {
+    let mut d = duo();
+    // The receive WQE names a key that does not exist: the responder cannot place the data.
+    d.b.post_recv(RecvWr::new(1, &[Sge { addr: 0, length: 64, lkey: 0xbad }])).unwrap();
+    send(&mut d, 1, 0, 10);
+    d.settle();
+    assert_eq!(d.a_send[0].status, WcStatus::RemOpErr);
+    assert_eq!(d.b_recv[0].status, WcStatus::LocProtErr);
+    assert_eq!(d.a.state(), QpState::Err);
+    assert_eq!(d.b.state(), QpState::Err);
+}
+
+#[test]
+fn send_longer_than_the_receive_buffer() {
+    let mut d = duo();
+    recv(&mut d, 1, 0, 100);
+    send(&mut d, 1, 0, 101);
+    d.settle();
+    assert_eq!(d.a_send[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(d.b_recv[0].status, WcStatus::LocLenErr);
+    assert_eq!(d.b.state(), QpState::Err);
+}
+
+#[test]
+fn middle_without_first_is_an_invalid_request() {
+    let mut d = duo();
+    recv(&mut d, 1, 0, 4096);
+    send(&mut d, 1, 0, 3000);
+    let req = d.tx_a();
+    // Rewrite the First into a Middle: an opcode the responder cannot accept here.
+    let mut bad = req[0].clone();
+    bad[0] = Opcode::RC_SEND_MIDDLE.0;
+    d.deliver_b(&[bad]);
+    let nak = d.tx_b();
+    assert_eq!(syndrome(&nak[0]), Some(Syndrome::Nak(NakCode::InvalidRequest)));
+    assert_eq!(d.b.state(), QpState::Err);
+    d.deliver_a(&nak);
+    assert_eq!(d.a_send[0].status, WcStatus::RemInvReqErr);
+}
+
+#[test]
+fn unexpected_response_opcode_mid_read() {
+    let mut d = duo();
+    d.a.post_send(SendWr::new(1, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(0, 3000)])).unwrap();
+    let req = d.tx_a();
+    d.deliver_b(&req);
+    let resp = d.tx_b();
+    d.deliver_a(&resp[..1]);
+    // A plain ACK in the middle of a READ response.
+    d.deliver_a(&[response(Opcode::RC_ACK, d.a.qpn(), psn(&resp[1]), Syndrome::Ack { credits: 31 }, 1)]);
+    assert_eq!(d.a.state(), QpState::Err);
+    assert_eq!(d.a_send[0].status, WcStatus::BadRespErr);
+}
+
+#[test]
+fn psn_wraps_at_two_to_the_24() {
+    let mut d = Duo::new(PairConfig { psn: 0xff_fffe, ..PairConfig::default() });
+    let data = fill(&d.ma, BUF, BUF_ADDR, 6000, 2);
+    recv(&mut d, 1, 0, 8192);
+    send(&mut d, 1, 0, 6000);
+    let req = d.tx_a();
+    let psns: Vec<u32> = req.iter().map(|p| psn(p).value()).collect();
+    assert_eq!(psns, [0xff_fffe, 0xff_ffff, 0, 1, 2, 3]);
+    d.deliver_b(&req);
+    d.settle();
+    d.a.post_send(SendWr::new(2, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(8192, 6000)])).unwrap();
+    d.mb.set(TGT, TGT_ADDR, &data);
+    d.settle();
+    assert_eq!(d.a_send.iter().map(|w| w.status).collect::<Vec<_>>(), [WcStatus::Success; 2]);
+    assert_eq!(d.mb.get(BUF, BUF_ADDR, 6000), data);
+    assert_eq!(d.ma.get(BUF, BUF_ADDR + 8192, 6000), data);
+}
+
+#[test]
+fn duplicate_read_after_its_response_was_lost() {
+    let mut d = duo();
+    let data = fill(&d.mb, TGT, TGT_ADDR, 64, 5);
+    d.a.post_send(SendWr::new(1, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(0, 64)])).unwrap();
+    let req = d.tx_a();
+    d.deliver_b(&req);
+    let _lost = d.tx_b();
+    d.advance(RTO);
+    let again = d.tx_a();
+    assert_eq!(again, req);
+    d.deliver_b(&again);
+    let resp = d.tx_b();
+    assert_eq!(op(&resp[0]), Opcode::RC_READ_RESP_ONLY);
+    assert_eq!(msn(&resp[0]), Some(1), "a replay does not advance the MSN");
+    d.deliver_a(&resp);
+    assert_eq!(d.a_send[0].status, WcStatus::Success);
+    assert_eq!(d.ma.get(BUF, BUF_ADDR, 64), data);
+    assert_eq!(d.b.counters().duplicate_request, 1);
+    assert_eq!(d.b.counters().duplicate_read_replayed, 1);
+}
+
+#[test]
+fn duplicate_atomic_replays_the_saved_value() {
+    let mut d = duo();
+    d.mb.set(TGT, TGT_ADDR, &41u64.to_ne_bytes());
+    let wr = SendWr::new(1, SendOp::FetchAdd { remote: Duo::remote(0), add: 1 }, &[Duo::sge(0, 8)]);
+    d.a.post_send(wr).unwrap();
+    let req = d.tx_a();
+    d.deliver_b(&req);
+    let _lost = d.tx_b();
+    d.advance(RTO);
+    let again = d.tx_a();
+    d.deliver_b(&again);
+    d.settle();
+    assert_eq!(d.a_send[0].status, WcStatus::Success);
+    assert_eq!(u64::from_ne_bytes(d.ma.get(BUF, BUF_ADDR, 8).try_into().unwrap()), 41);
+    assert_eq!(u64::from_ne_bytes(d.mb.get(TGT, TGT_ADDR, 8).try_into().unwrap()), 42, "executed once");
+    assert_eq!(d.b.counters().duplicate_atomic_replayed, 1);
+}
+
+/// Regression (found by the loss grid, seed 1011): the responder re-ACKs a duplicate SEND with
+/// the PSN of the last executed request, which can be an atomic's; that plain ACK must not
+/// complete the atomic without its original value.
+#[test]
+fn plain_ack_does_not_complete_an_atomic() {
+    let mut d = duo();
+    d.mb.set(TGT, TGT_ADDR, &7u64.to_ne_bytes());
+    d.a.post_send(SendWr::new(
+        1,
+        SendOp::CompareSwap { remote: Duo::remote(0), compare: 7, swap: 9 },
+        &[Duo::sge(0, 8)],
+    ))
+    .unwrap();
+    let req = d.tx_a();
+    d.deliver_b(&req);
+    let _lost_atomic_ack = d.tx_b();
+    d.deliver_a(&[response(Opcode::RC_ACK, d.a.qpn(), psn(&req[0]), Syndrome::Ack { credits: 31 }, 1)]);
+    assert!(d.a_send.is_empty(), "completed without the original value");
+    d.run(Duration::from_secs(1));
+    assert_eq!(d.a_send[0].status, WcStatus::Success);
+    assert_eq!(u64::from_ne_bytes(d.ma.get(BUF, BUF_ADDR, 8).try_into().unwrap()), 7);
+    assert_eq!(u64::from_ne_bytes(d.mb.get(TGT, TGT_ADDR, 8).try_into().unwrap()), 9);
+}
+
+#[test]
+fn one_nak_per_gap_then_silence() {
+    let mut d = duo();
+    recv(&mut d, 1, 0, 8192);
+    send(&mut d, 1, 0, 6000);
+    let mut req = d.tx_a();
+    req.remove(1);
+    d.deliver_b(&req);
+    let out = d.tx_b();
+    assert_eq!(out.len(), 1, "one NAK, then silence");
+    assert_eq!(d.b.counters().out_of_seq_request, 1);
+}
+
+#[test]
+fn duplicate_send_is_reacked_not_reexecuted() {
+    let mut d = duo();
+    recv(&mut d, 1, 0, 64);
+    recv(&mut d, 2, 64, 64);
+    send(&mut d, 1, 0, 10);
+    let req = d.tx_a();
+    d.deliver_b(&req);
+    d.deliver_b(&req);
+    let acks = d.tx_b();
+    // The duplicate is acknowledged even without AckReq; with the two ACKs queued
+    // back to back, the responder merges them into one cumulative ACK.
+    assert_eq!(acks.len(), 1);
+    assert_eq!(psn(&acks[0]), psn(&req[0]));
+    assert_eq!(d.b.counters().ack_deferred, 1);
+    assert_eq!(d.b_recv.len(), 1);
+    assert_eq!(d.b.counters().duplicate_request, 1);
+}
+
+#[test]
+fn qp_error_flushes_everything() {
+    let mut d = duo();
+    recv(&mut d, 1, 0, 64);
+    recv(&mut d, 2, 0, 64);
+    d.b.modify(&QpAttrUpdate { state: Some(QpState::Err), ..Default::default() }).unwrap();
+    assert_eq!(d.b.poll_recv_completion().map(|w| w.status), Some(WcStatus::WrFlushErr));
+    assert_eq!(d.b.poll_recv_completion().map(|w| (w.wr_id, w.status)), Some((2, WcStatus::WrFlushErr)));
+    d.b.post_recv(RecvWr::new(3, &[Duo::sge(0, 8)])).unwrap();
+    assert_eq!(d.b.poll_recv_completion().map(|w| (w.wr_id, w.status)), Some((3, WcStatus::WrFlushErr)));
+    d.b.post_send(SendWr::new(4, SendOp::Send, &[])).unwrap();
+    assert_eq!(d.b.poll_send_completion().map(|w| (w.wr_id, w.status)), Some((4, WcStatus::WrFlushErr)));
+    assert!(d.tx_b().is_empty());
+}
+
+#[test]
+fn immediate_and_invalidated_rkey_reach_the_receive_completion() {
+    let mut d = duo();
+    d.mb.add_region(VecRegion {
+        pd: PD,
+        lkey: 0x77,
+        rkey: 0x77,
+        addr: 0x9000,
+        access: Access::ALL,
+        invalidatable: true,
+        valid: true,
+        data: vec![0; 64],
+    });
+    recv(&mut d, 1, 0, 64);
+    recv(&mut d, 2, 0, 64);
+    recv(&mut d, 3, 0, 64);
+    d.a.post_send(SendWr::new(1, SendOp::SendWithImm(0xdead_beef), &[Duo::sge(0, 5)])).unwrap();
+    d.a.post_send(SendWr::new(2, SendOp::SendWithInv(0x77), &[Duo::sge(0, 5)])).unwrap();
+    d.a.post_send(SendWr::new(3, SendOp::RdmaWriteWithImm(Duo::remote(0), 0x0102_0304), &[Duo::sge(0, 50)]))
+        .unwrap();
+    d.settle();
+    let r = &d.b_recv;
+    assert_eq!((r[0].opcode, r[0].imm_data, r[0].byte_len), (WcOpcode::Recv, Some(0xdead_beef), 5));
+    assert_eq!((r[1].invalidated_rkey, r[1].imm_data), (Some(0x77), None));
+    assert!(!d.mb.is_valid(0x77));
+    assert_eq!(
+        (r[2].opcode, r[2].imm_data, r[2].byte_len),
+        (WcOpcode::RecvRdmaWithImm, Some(0x0102_0304), 50)
+    );
+    assert_eq!(
+        d.a_send.iter().map(|w| w.opcode).collect::<Vec<_>>(),
+        [WcOpcode::Send, WcOpcode::Send, WcOpcode::RdmaWrite]
+    );
+}
+
+#[test]
+fn fence_waits_for_earlier_reads() {
+    let mut d = duo();
+    recv(&mut d, 1, 0, 64);
+    d.a.post_send(SendWr::new(1, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(0, 64)])).unwrap();
+    let mut w = SendWr::new(2, SendOp::Send, &[Duo::sge(0, 8)]);
+    w.fence = true;
+    d.a.post_send(w).unwrap();
+    let first = d.tx_a();
+    assert_eq!(
+        first.iter().map(|p| op(p)).collect::<Vec<_>>(),
+        [Opcode::RC_READ_REQ],
+        "the fenced SEND waits"
+    );
+    d.deliver_b(&first);
+    let resp = d.tx_b();
+    d.deliver_a(&resp);
+    let second = d.tx_a();
+    assert_eq!(second.iter().map(|p| op(p)).collect::<Vec<_>>(), [Opcode::RC_SEND_ONLY]);
+}
+
+#[test]
+fn max_rd_atomic_bounds_outstanding_reads() {
+    let mut d = Duo::new(PairConfig { rd_atomic: 2, ..PairConfig::default() });
+    for i in 0..5 {
+        d.a.post_send(SendWr::new(i, SendOp::RdmaRead(Duo::remote(i * 64)), &[Duo::sge(i * 64, 64)]))
+            .unwrap();
+    }
+    let first = d.tx_a();
+    assert_eq!(first.len(), 2);
+    d.deliver_b(&first);
+    let resp = d.tx_b();
+    d.deliver_a(&resp[..1]);
+    assert_eq!(d.tx_a().len(), 1, "one credit back, one more READ");
+    d.run(Duration::from_secs(1));
+    assert_eq!(d.a_send.len(), 5);
+}
+
+#[test]
+fn ack_requests_and_msn() {
+    let mut d = Duo::new(PairConfig { mtu: Mtu::Mtu256, ..PairConfig::default() });
+    d.a.post_send(SendWr::new(1, SendOp::RdmaWrite(Duo::remote(0)), &[Duo::sge(0, 200 * 256)])).unwrap();
+    for i in 0..3 {
+        recv(&mut d, 10 + i, 0, 64);
+        send(&mut d, 2 + i, 0, 8);
+    }
+    let mut all = vec![];
+    for _ in 0..10 {
+        let r = d.tx_a();
+        all.extend(r.iter().cloned());
+        d.deliver_b(&r);
+        let acks = d.tx_b();
+        d.deliver_a(&acks);
+    }
+    let ackreq: Vec<usize> = all
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| Packet::new_checked(p).unwrap().bth().ack_req())
+        .map(|(i, _)| i)
+        .collect();
+    // rxe's cadence: the 66th packet without AckReq asks, and every last packet.
+    assert_eq!(ackreq, [65, 131, 197, 199, 200, 201, 202]);
+    assert_eq!(d.a_send.len(), 4);
+    assert_eq!(d.b.counters().rcvd_pkts, 203);
+}
+
+#[test]
+fn msn_counts_messages() {
+    let mut d = duo();
+    for i in 0..3 {
+        recv(&mut d, i, 0, 64);
+        send(&mut d, i, 0, 8);
+    }
+    let req = d.tx_a();
+    d.deliver_b(&req[..1]);
+    let a1 = d.tx_b();
+    d.deliver_b(&req[1..]);
+    let a2 = d.tx_b();
+    assert_eq!((msn(&a1[0]), msn(&a2[0])), (Some(1), Some(3)));
+}
+
+#[test]
+fn modify_and_post_misuse_are_typed_errors() {
+    let mut qp = Qp::new(0x20, QpType::Rc, PD, QpCaps::default());
+    assert!(matches!(
+        qp.post_send(SendWr::new(1, SendOp::Send, &[])),
+        Err(PostError::InvalidState(QpState::Reset))
+    ));
+    assert!(matches!(qp.post_recv(RecvWr::new(1, &[])), Err(PostError::InvalidState(QpState::Reset))));
+    let rtr = QpAttrUpdate { state: Some(QpState::Rtr), ..Default::default() };
+    assert_eq!(
+        qp.modify(&rtr),
+        Err(ModifyError::InvalidTransition { from: QpState::Reset, to: QpState::Rtr })
+    );
+    let init =
+        QpAttrUpdate { state: Some(QpState::Init), port: true, pkey_index: true, ..Default::default() };
+    assert_eq!(qp.modify(&init), Err(ModifyError::MissingAttribute("access")));
+    let init = QpAttrUpdate { access: Some(Access::ALL), ..init };
+    qp.modify(&init).unwrap();
+    let rtr = QpAttrUpdate {
+        state: Some(QpState::Rtr),
+        av: true,
+        path_mtu: Some(Mtu::Mtu1024),
+        dest_qpn: Some(0x21),
+        rq_psn: Some(Psn::new(1)),
+        max_dest_rd_atomic: Some(200),
+        min_rnr_timer: Some(12),
+        ..Default::default()
+    };
+    assert_eq!(qp.modify(&rtr), Err(ModifyError::InvalidAttribute("max_dest_rd_atomic")));
+    let rtr = QpAttrUpdate { max_dest_rd_atomic: Some(16), timeout: Some(14), ..rtr };
+    assert_eq!(qp.modify(&rtr), Err(ModifyError::UnexpectedAttribute("timeout")));
+    qp.modify(&QpAttrUpdate { timeout: None, ..rtr }).unwrap();
+    assert!(matches!(
+        qp.post_send(SendWr::new(1, SendOp::Send, &[])),
+        Err(PostError::InvalidState(QpState::Rtr))
+    ));
+    let rts = QpAttrUpdate {
+        state: Some(QpState::Rts),
+        sq_psn: Some(Psn::new(5)),
+        timeout: Some(14),
+        retry_cnt: Some(8),
+        rnr_retry: Some(7),
+        max_rd_atomic: Some(16),
+        ..Default::default()
+    };
+    assert_eq!(qp.modify(&rts), Err(ModifyError::InvalidAttribute("retry_cnt")));
+    qp.modify(&QpAttrUpdate { retry_cnt: Some(7), ..rts }).unwrap();
+    let sges = [Sge { addr: 0, length: 1, lkey: 1 }; 5];
+    assert!(matches!(
+        qp.post_send(SendWr::new(1, SendOp::Send, &sges)),
+        Err(PostError::TooManySge { got: 5, max: 4 })
+    ));
+    let bad_atomic = SendWr::new(
+        1,
+        SendOp::FetchAdd { remote: RemoteAddr { addr: 4, rkey: 1 }, add: 1 },
+        &[Sge { addr: 0, length: 8, lkey: 1 }],
+    );
+    assert_eq!(qp.post_send(bad_atomic), Err(PostError::BadAtomic));
+    let mut inline = SendWr::new(1, SendOp::Send, &[]);
+    inline.payload = Payload::Inline(vec![0; 300].into());
+    assert!(matches!(qp.post_send(inline), Err(PostError::InlineTooLong { got: 300, max: 256 })));
+    for i in 0..128 {
+        qp.post_send(SendWr::new(i, SendOp::Send, &[])).unwrap();
+    }
+    assert_eq!(qp.post_send(SendWr::new(1, SendOp::Send, &[])), Err(PostError::QueueFull));
+    let mut uc = Qp::new(0x22, QpType::Uc, PD, QpCaps::default());
+    uc.modify(&QpAttrUpdate {
+        state: Some(QpState::Init),
+        access: Some(Access::ALL),
+        port: true,
+        pkey_index: true,
+        ..Default::default()
+    })
+    .unwrap();
+    uc.modify(&QpAttrUpdate {
+        state: Some(QpState::Rtr),
+        av: true,
+        path_mtu: Some(Mtu::Mtu1024),
+        dest_qpn: Some(5),
+        rq_psn: Some(Psn::new(0)),
+        ..Default::default()
+    })
+    .unwrap();
+    uc.modify(&QpAttrUpdate { state: Some(QpState::Rts), sq_psn: Some(Psn::new(0)), ..Default::default() })
+        .unwrap();
+    assert_eq!(
+        uc.post_send(SendWr::new(1, SendOp::RdmaRead(RemoteAddr::default()), &[])),
+        Err(PostError::OpNotSupported)
+    );
+}
+
+#[test]
+fn inline_data_is_sent_from_the_request() {
+    let mut d = duo();
+    recv(&mut d, 1, 0, 64);
+    let mut w = SendWr::new(1, SendOp::Send, &[]);
+    w.payload = Payload::Inline(b"inline hello".to_vec().into());
+    d.a.post_send(w).unwrap();
+    d.settle();
+    assert_eq!(d.mb.get(BUF, BUF_ADDR, 12), b"inline hello");
+}
+
+#[test]
+fn sq_drain_raises_its_event() {
+    let mut d = duo();
+    recv(&mut d, 1, 0, 64);
+    send(&mut d, 1, 0, 8);
+    let req = d.tx_a();
+    d.a.modify(&QpAttrUpdate { state: Some(QpState::Sqd), ..Default::default() }).unwrap();
+    send(&mut d, 2, 0, 8);
+    assert!(d.tx_a().is_empty(), "SQD starts nothing new");
+    d.deliver_b(&req);
+    let ack = d.tx_b();
+    d.deliver_a(&ack);
+    assert_eq!(d.a.poll_event(), Some(QpEvent::SqDrained));
+    d.a.modify(&QpAttrUpdate { state: Some(QpState::Rts), ..Default::default() }).unwrap();
+    assert_eq!(d.tx_a().len(), 1);
+}

@@ -1,0 +1,108 @@
+//! The RC transport in the simulator: every operation, a grid of loss rates, path MTUs and
+//! message sizes. Each run prints nothing unless it fails; a failure names its seed.
+//!
+//! The default grid runs in `cargo test`; the long one is `cargo test --release --test rc_sim
+//! -- --ignored`.
+
+mod common;
+
+use common::workload::{Op, Workload};
+use softroce::transport::Mtu;
+use softroce::transport::sim::{LinkConfig, PairConfig};
+use std::time::Duration;
+
+const MTUS: [Mtu; 5] = [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096];
+
+/// Sizes around the packet boundaries of `mtu`, plus zero and a few-packet message.
+fn edge_sizes(mtu: u32) -> Vec<u32> {
+    vec![0, 1, 3, mtu - 1, mtu, mtu + 1, 2 * mtu, 3 * mtu + 5]
+}
+
+/// Every operation at every edge size, interleaved.
+fn mixed_ops(mtu: u32, big: u32) -> Vec<Op> {
+    let mut ops = Vec::new();
+    for (k, n) in edge_sizes(mtu).into_iter().chain([big]).enumerate() {
+        ops.push(Op::Send(n));
+        ops.push(Op::Write(n));
+        ops.push(Op::Read(n));
+        ops.push(Op::SendImm(n));
+        ops.push(Op::WriteImm(n));
+        ops.push(if k % 2 == 0 { Op::FetchAdd } else { Op::CmpSwap });
+    }
+    ops
+}
+
+fn cfg(seed: u64, mtu: Mtu, loss: f64) -> PairConfig {
+    PairConfig {
+        seed,
+        mtu,
+        a_to_b: LinkConfig::lossy(loss),
+        b_to_a: LinkConfig::lossy(loss),
+        ..PairConfig::default()
+    }
+}
+
+#[test]
+fn no_loss_every_op_every_mtu() {
+    for mtu in MTUS {
+        let w = Workload::new(mixed_ops(mtu.bytes(), 200_000), 7);
+        let out = w.run(cfg(7, mtu, 0.0), Duration::from_secs(60));
+        assert_eq!(out.retries, 0, "{mtu:?}: no loss, no retries");
+        assert!(out.error.is_none());
+    }
+}
+
+#[test]
+fn loss_grid() {
+    for (k, loss) in [0.01, 0.05, 0.2].into_iter().enumerate() {
+        for (m, mtu) in MTUS.into_iter().enumerate() {
+            let seed = 1000 + (k * 10 + m) as u64;
+            let big = if loss > 0.1 { 20_000 } else { 100_000 };
+            let w = Workload::new(mixed_ops(mtu.bytes(), big), seed);
+            let out = w.run(cfg(seed, mtu, loss), Duration::from_secs(600));
+            if loss <= 0.05 {
+                assert!(out.error.is_none(), "seed {seed}: {out:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn multi_sge_and_unsignaled() {
+    for (seed, mtu) in [(21u64, Mtu::Mtu256), (22, Mtu::Mtu1024), (23, Mtu::Mtu4096)] {
+        let mut w = Workload::new(mixed_ops(mtu.bytes(), 50_000), seed);
+        w.gather = 3;
+        w.scatter = 2;
+        w.signal_every = 4;
+        w.run(cfg(seed, mtu, 0.02), Duration::from_secs(600));
+    }
+}
+
+#[test]
+fn large_messages_with_loss() {
+    let ops = vec![Op::Write(3 << 20), Op::Read(2 << 20), Op::Send(1 << 20), Op::WriteImm(1 << 20)];
+    let w = Workload::new(ops, 31);
+    let out = w.run(cfg(31, Mtu::Mtu4096, 0.01), Duration::from_secs(600));
+    assert!(out.error.is_none(), "{out:?}");
+    assert!(out.retries > 0, "1% loss over 7 MiB must have caused retransmissions: {out:?}");
+}
+
+/// The long grid: every MTU, loss up to 20 %, messages up to 8 MiB, several seeds.
+#[test]
+#[ignore]
+fn long_grid() {
+    for seed in 0..3u64 {
+        for loss in [0.0, 0.01, 0.02, 0.05, 0.1, 0.2] {
+            for mtu in MTUS {
+                let big = if loss >= 0.1 { 256 << 10 } else { 8 << 20 };
+                let s = seed * 1000 + (loss * 100.0) as u64 * 10 + mtu as u64;
+                let w = Workload::new(mixed_ops(mtu.bytes(), big), s);
+                let out = w.run(cfg(s, mtu, loss), Duration::from_secs(3600));
+                eprintln!(
+                    "seed {s} loss {loss} {mtu:?}: {} ops, {} retries, {} packets, {:?} virtual",
+                    out.completed, out.retries, out.packets_ab, out.elapsed
+                );
+            }
+        }
+    }
+}
