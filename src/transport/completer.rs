@@ -62,7 +62,8 @@ impl Qp {
     pub(crate) fn completer_handle<M: Memory>(&mut self, now: Time, pkt: Option<&Packet<'_>>, mem: &M) {
         if let Some(p) = pkt {
             // A response for a PSN the requester never sent (a "ghost"): nothing can match it.
-            if !p.bth().psn().is_before(self.req.psn) {
+            // (Compared with the furthest PSN sent: a go-back-N rewind does not unsend.)
+            if !p.bth().psn().is_before(self.req.max_psn) {
                 self.counters.rcvd_dropped += 1;
                 return;
             }

@@ -33,7 +33,7 @@ pub use counters::Counters;
 pub use memory::{Access, AtomicOp, MemError, Memory, VecMemory, VecRegion};
 pub use qp::{
     MAX_MSG_SIZE, MAX_RD_ATOMIC, ModifyError, Mtu, PostError, Qp, QpAttr, QpAttrUpdate, QpCaps, QpEvent,
-    QpState, QpTuning, QpType,
+    QpState, QpTuning, QpType, check_send_wr,
 };
 pub use wr::{
     Payload, RecvWr, RemoteAddr, SendOp, SendWr, SgList, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,

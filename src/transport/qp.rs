@@ -280,6 +280,55 @@ pub enum PostError {
     NoDestination,
 }
 
+/// Checks a send work request against what a QP of this type and capacity accepts (not its
+/// state or queue depth): scatter/gather count, inline length, operation, message length,
+/// atomic operands, UD destination. The verbs layer calls it on the caller's thread; the QP
+/// calls it again when the request reaches it.
+pub fn check_send_wr(qp_type: QpType, caps: &QpCaps, path_mtu: Mtu, wr: &SendWr) -> Result<(), PostError> {
+    let len = wr.payload.len();
+    match &wr.payload {
+        Payload::Sges(s) if s.len() > caps.max_send_sge as usize => {
+            return Err(PostError::TooManySge { got: s.len(), max: caps.max_send_sge });
+        }
+        Payload::Inline(b) if b.len() as u64 > caps.max_inline_data as u64 => {
+            return Err(PostError::InlineTooLong { got: len, max: caps.max_inline_data });
+        }
+        _ => {}
+    }
+    let supported = match qp_type {
+        QpType::Rc => true,
+        QpType::Uc => matches!(
+            wr.op,
+            SendOp::Send | SendOp::SendWithImm(_) | SendOp::RdmaWrite(_) | SendOp::RdmaWriteWithImm(..)
+        ),
+        QpType::Ud => matches!(wr.op, SendOp::Send | SendOp::SendWithImm(_)),
+    };
+    if !supported {
+        return Err(PostError::OpNotSupported);
+    }
+    if len > MAX_MSG_SIZE {
+        return Err(PostError::MessageTooLong(len));
+    }
+    if qp_type == QpType::Ud {
+        if wr.ud.is_none() {
+            return Err(PostError::NoDestination);
+        }
+        if len > path_mtu.bytes() as u64 {
+            return Err(PostError::MessageTooLong(len));
+        }
+    }
+    if wr.op.is_atomic() {
+        let aligned = wr.op.remote().is_some_and(|r| r.addr.is_multiple_of(8));
+        if len != 8 || !aligned || matches!(wr.payload, Payload::Inline(_)) {
+            return Err(PostError::BadAtomic);
+        }
+    }
+    if matches!(wr.op, SendOp::RdmaRead(_)) && matches!(wr.payload, Payload::Inline(_)) {
+        return Err(PostError::OpNotSupported);
+    }
+    Ok(())
+}
+
 /// Asynchronous events a QP raises (`ibv_event_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QpEvent {
@@ -346,6 +395,8 @@ impl Default for QpTuning {
 pub(crate) struct ReqState {
     /// Next PSN to send.
     pub psn: Psn,
+    /// One past the furthest PSN ever sent: go-back-N rewinds `psn`, not this.
+    pub max_psn: Psn,
     /// Index into the send queue of the next WQE to send from.
     pub wqe_index: usize,
     /// Packets sent since the last AckReq.
@@ -399,6 +450,8 @@ pub struct Qp {
     /// Alternates responder and requester output so neither starves the other.
     pub(crate) tx_turn: bool,
     pub(crate) sq_drained_reported: bool,
+    /// Send WQEs finished so far (completed, flushed, or retired unsignaled).
+    pub(crate) send_retired: u64,
 }
 
 impl Qp {
@@ -425,6 +478,7 @@ impl Qp {
             rnr_at: None,
             tx_turn: false,
             sq_drained_reported: false,
+            send_retired: 0,
         }
     }
 
@@ -475,6 +529,11 @@ impl Qp {
     /// Receive work requests queued.
     pub fn recv_queue_len(&self) -> usize {
         self.rq.len()
+    }
+    /// Send work requests finished so far: completed, flushed, or retired without a
+    /// completion (unsignaled). The engine uses it to free send queue slots.
+    pub fn send_retired(&self) -> u64 {
+        self.send_retired
     }
     /// The next PSN the requester will send (`sq_psn` as `query_qp` reports it).
     pub fn next_send_psn(&self) -> Psn {
@@ -661,6 +720,7 @@ impl Qp {
         }
         if u.sq_psn.is_some() {
             self.req.psn = self.attr.sq_psn;
+            self.req.max_psn = self.attr.sq_psn;
             self.comp.psn = self.attr.sq_psn;
         }
         if u.max_dest_rd_atomic.is_some() {
@@ -717,6 +777,7 @@ impl Qp {
 
     /// Queues the completion of a send WQE (every error; successes when signaled).
     pub(crate) fn push_send_wc_for(&mut self, w: &SendWqe, status: WcStatus) {
+        self.send_retired += 1;
         if w.wr.op.is_send() {
             self.counters.rdma_sends += 1;
         }
@@ -740,47 +801,8 @@ impl Qp {
         if self.sq.len() >= self.caps.max_send_wr as usize {
             return Err(PostError::QueueFull);
         }
+        check_send_wr(self.qp_type, &self.caps, self.attr.path_mtu, &wr)?;
         let len = wr.payload.len();
-        match &wr.payload {
-            Payload::Sges(s) if s.len() > self.caps.max_send_sge as usize => {
-                return Err(PostError::TooManySge { got: s.len(), max: self.caps.max_send_sge });
-            }
-            Payload::Inline(b) if b.len() as u64 > self.caps.max_inline_data as u64 => {
-                return Err(PostError::InlineTooLong { got: len, max: self.caps.max_inline_data });
-            }
-            _ => {}
-        }
-        let supported = match self.qp_type {
-            QpType::Rc => true,
-            QpType::Uc => matches!(
-                wr.op,
-                SendOp::Send | SendOp::SendWithImm(_) | SendOp::RdmaWrite(_) | SendOp::RdmaWriteWithImm(..)
-            ),
-            QpType::Ud => matches!(wr.op, SendOp::Send | SendOp::SendWithImm(_)),
-        };
-        if !supported {
-            return Err(PostError::OpNotSupported);
-        }
-        if len > MAX_MSG_SIZE {
-            return Err(PostError::MessageTooLong(len));
-        }
-        if self.qp_type == QpType::Ud {
-            if wr.ud.is_none() {
-                return Err(PostError::NoDestination);
-            }
-            if len > self.attr.path_mtu.bytes() as u64 {
-                return Err(PostError::MessageTooLong(len));
-            }
-        }
-        if wr.op.is_atomic() {
-            let aligned = wr.op.remote().is_some_and(|r| r.addr % 8 == 0);
-            if len != 8 || !aligned || matches!(wr.payload, Payload::Inline(_)) {
-                return Err(PostError::BadAtomic);
-            }
-        }
-        if matches!(wr.op, SendOp::RdmaRead(_)) && matches!(wr.payload, Payload::Inline(_)) {
-            return Err(PostError::OpNotSupported);
-        }
         let wqe = SendWqe {
             wr,
             len,
@@ -800,6 +822,14 @@ impl Qp {
         Ok(())
     }
 
+    /// Checks a receive work request against the QP's capacities (not its state or depth).
+    pub fn check_recv_wr(caps: &QpCaps, wr: &RecvWr) -> Result<(), PostError> {
+        if wr.sg_list.len() > caps.max_recv_sge as usize {
+            return Err(PostError::TooManySge { got: wr.sg_list.len(), max: caps.max_recv_sge });
+        }
+        Ok(())
+    }
+
     /// `ibv_post_recv` for one work request.
     pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
         if self.state == QpState::Reset {
@@ -808,9 +838,7 @@ impl Qp {
         if self.rq.len() >= self.caps.max_recv_wr as usize {
             return Err(PostError::QueueFull);
         }
-        if wr.sg_list.len() > self.caps.max_recv_sge as usize {
-            return Err(PostError::TooManySge { got: wr.sg_list.len(), max: self.caps.max_recv_sge });
-        }
+        Self::check_recv_wr(&self.caps, &wr)?;
         if self.state == QpState::Err {
             let opcode = WcOpcode::Recv;
             self.recv_wcs.push_back(WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, opcode, self.qpn));

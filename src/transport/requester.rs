@@ -222,6 +222,9 @@ impl Qp {
         } else {
             self.req.psn = psn.next();
         }
+        if self.req.psn.is_after(self.req.max_psn) {
+            self.req.max_psn = self.req.psn;
+        }
         w.sent += payload_len;
         if end {
             w.state = if rc { WqeState::Pending } else { WqeState::Done };

@@ -40,4 +40,5 @@ pub const CAPTURES: &[(&str, usize)] = &[
 pub const BAD_ICRC: &[(&str, usize)] = &[("host_gsi_probe.pcap", 1), ("host_gsi_probe.pcap", 2)];
 
 pub mod duo;
+pub mod verbs;
 pub mod workload;

@@ -1,0 +1,66 @@
+//! Packet I/O backends: where the engine's packets go and come from.
+//!
+//! - [`udp`]: an unprivileged UDP socket on port 4791 (batched receive with `recvmmsg` and
+//!   GRO, batched send with GSO, through quinn-udp).
+//! - [`memory`]: an in-process network of devices joined by the transport simulator's lossy
+//!   link, for tests that run the full verbs path with loss.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
+
+pub mod memory;
+pub mod udp;
+
+/// One received datagram: the UDP payload (BTH through ICRC) and what the backend knows of
+/// the headers around it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Datagram<'a> {
+    pub payload: &'a [u8],
+    pub src: SocketAddr,
+    pub dst: IpAddr,
+    pub dst_port: u16,
+    /// ECN bits of the IP header, when known.
+    pub ecn: u8,
+    /// The UDP checksum as received, when known (the ICRC covers the header with the
+    /// checksum masked, so its value does not matter to it).
+    pub ip_header: Option<&'a [u8]>,
+}
+
+/// A batch to send: `contents` holds `ceil(len / segment_size)` packets of `segment_size`
+/// bytes (the last may be shorter), all to `dst` from `src_port`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Outgoing<'a> {
+    pub dst: SocketAddr,
+    pub src_port: u16,
+    pub contents: &'a [u8],
+    pub segment_size: usize,
+    /// IP traffic class / TOS byte.
+    pub tos: u8,
+}
+
+/// What the engine needs from a backend.
+pub(crate) trait Backend: Send {
+    /// The local address packets are received on.
+    fn local_ip(&self) -> IpAddr;
+    /// The UDP port (4791 unless configured otherwise).
+    fn port(&self) -> u16;
+    /// Receives what is available without blocking; calls `f` for every datagram.
+    fn recv(&mut self, f: &mut dyn FnMut(Datagram<'_>)) -> io::Result<usize>;
+    /// Sends a batch (blocking when the socket buffer is full).
+    fn send(&mut self, out: Outgoing<'_>) -> io::Result<()>;
+    /// Registers the backend's readable source with the engine's poll.
+    fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()>;
+    /// A time at which packets become available without a readiness event (in-memory links
+    /// with delay).
+    fn next_deadline(&self) -> Option<Instant> {
+        None
+    }
+    /// Most packets one [`Backend::send`] may carry.
+    fn max_segments(&self) -> usize;
+    /// Whether segment `k` of a batch leaves with IPv4 identification `k` (kernel GSO from a
+    /// DF socket numbers segments from 0); otherwise every packet has identification 0.
+    fn gso_numbers_ip_id(&self) -> bool;
+    /// Wakes the engine when a packet arrives (in-memory networks need it).
+    fn set_waker(&mut self, _waker: std::sync::Arc<mio::Waker>) {}
+}

@@ -1,0 +1,180 @@
+//! Completion queues.
+//!
+//! The engine pushes completions into a lock-free bounded queue; [`CompletionQueue::poll`]
+//! takes them without a system call. For blocking, [`CompletionQueue::wait`] sleeps until a
+//! completion arrives, and [`CompletionQueue::as_raw_fd`] is a descriptor that becomes
+//! readable when one does (after [`CompletionQueue::req_notify`]), usable with epoll, mio or
+//! tokio's `AsyncFd`.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam::queue::ArrayQueue;
+
+use super::device::Device;
+use super::error::{Error, Result};
+use crate::transport::WorkCompletion;
+
+pub(crate) struct CqShared {
+    pub id: u32,
+    pub queue: ArrayQueue<WorkCompletion>,
+    pub overflowed: AtomicBool,
+    armed: AtomicBool,
+    notify_tx: UnixStream,
+    notify_rx: UnixStream,
+    pub delivered: AtomicU64,
+}
+
+impl CqShared {
+    pub(crate) fn new(id: u32, cqe: usize) -> std::io::Result<CqShared> {
+        let (tx, rx) = UnixStream::pair()?;
+        tx.set_nonblocking(true)?;
+        Ok(CqShared {
+            id,
+            queue: ArrayQueue::new(cqe.max(1)),
+            overflowed: AtomicBool::new(false),
+            armed: AtomicBool::new(false),
+            notify_tx: tx,
+            notify_rx: rx,
+            delivered: AtomicU64::new(0),
+        })
+    }
+
+    /// Engine side: adds a completion; `false` on overflow.
+    pub(crate) fn push(&self, wc: WorkCompletion) -> bool {
+        if self.queue.push(wc).is_err() {
+            self.overflowed.store(true, Ordering::SeqCst);
+            return false;
+        }
+        self.delivered.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Engine side: signals a waiter, if one armed the notification.
+    pub(crate) fn notify(&self) {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            let _ = (&self.notify_tx).write(&[1]);
+        }
+    }
+}
+
+/// A completion queue (`ibv_cq`).
+pub struct CompletionQueue {
+    pub(crate) shared: std::sync::Arc<CqShared>,
+    pub(crate) device: Device,
+}
+
+impl std::fmt::Debug for CompletionQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionQueue").field("cqe", &self.shared.queue.capacity()).finish()
+    }
+}
+
+impl CompletionQueue {
+    /// Capacity.
+    pub fn cqe(&self) -> usize {
+        self.shared.queue.capacity()
+    }
+
+    /// `ibv_poll_cq`: moves up to `out.len()` completions into `out` without blocking;
+    /// returns how many. Fails once the CQ overflowed.
+    pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        let mut n = 0;
+        while n < out.len() {
+            match self.shared.queue.pop() {
+                Some(wc) => {
+                    out[n] = wc;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        if n == 0 && self.shared.overflowed.load(Ordering::SeqCst) {
+            return Err(Error::CqOverflow);
+        }
+        Ok(n)
+    }
+
+    /// Takes one completion, if any.
+    pub fn poll_one(&self) -> Result<Option<WorkCompletion>> {
+        match self.shared.queue.pop() {
+            Some(wc) => Ok(Some(wc)),
+            None if self.shared.overflowed.load(Ordering::SeqCst) => Err(Error::CqOverflow),
+            None => Ok(None),
+        }
+    }
+
+    /// `ibv_req_notify_cq`: the descriptor becomes readable at the next completion.
+    pub fn req_notify(&self) {
+        self.shared.armed.store(true, Ordering::SeqCst);
+        if !self.shared.queue.is_empty() {
+            self.shared.notify();
+        }
+    }
+
+    /// Consumes pending notifications on the descriptor (`ibv_get_cq_event` +
+    /// `ibv_ack_cq_events`); returns how many there were.
+    pub fn ack_notify(&self) -> usize {
+        let _ = self.shared.notify_rx.set_nonblocking(true);
+        let mut buf = [0u8; 64];
+        let mut n = 0;
+        while let Ok(k) = (&self.shared.notify_rx).read(&mut buf) {
+            if k == 0 {
+                break;
+            }
+            n += k;
+        }
+        n
+    }
+
+    /// Blocks until the CQ holds a completion or `timeout` passes; returns whether it holds
+    /// one.
+    pub fn wait(&self, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if !self.shared.queue.is_empty() {
+                return Ok(true);
+            }
+            if self.shared.overflowed.load(Ordering::SeqCst) {
+                return Err(Error::CqOverflow);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            self.req_notify();
+            if !self.shared.queue.is_empty() {
+                return Ok(true);
+            }
+            let _ = self.shared.notify_rx.set_nonblocking(false);
+            let _ = self.shared.notify_rx.set_read_timeout(Some(left));
+            let mut b = [0u8; 64];
+            let _ = (&self.shared.notify_rx).read(&mut b);
+        }
+    }
+
+    /// Polls, waiting up to `timeout` for the first completion.
+    pub fn poll_wait(&self, out: &mut [WorkCompletion], timeout: Duration) -> Result<usize> {
+        let n = self.poll(out)?;
+        if n > 0 || !self.wait(timeout)? {
+            return Ok(n);
+        }
+        self.poll(out)
+    }
+
+    /// The device this CQ belongs to.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+}
+
+impl AsRawFd for CompletionQueue {
+    /// The completion channel: readable after [`CompletionQueue::req_notify`] once a
+    /// completion arrives. Consume with [`CompletionQueue::ack_notify`].
+    fn as_raw_fd(&self) -> RawFd {
+        self.shared.notify_rx.as_raw_fd()
+    }
+}

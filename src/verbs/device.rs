@@ -1,0 +1,543 @@
+//! The device (`ibv_context`): a network address, its GID table and port, the registered
+//! memory, and the engine thread that drives every queue pair.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+
+use crossbeam::channel::{Receiver, Sender};
+use crossbeam::queue::SegQueue;
+use parking_lot::{Mutex, RwLock};
+
+use super::backend::memory::MemoryNetwork;
+use super::engine::{Command, Engine};
+use super::error::{Error, Result};
+use super::gid::{Gid, GidType, active_mtu_for_netdev};
+use super::mr::MrTable;
+use crate::transport::{Counters, Mtu};
+
+/// The IANA port of RoCEv2.
+pub const ROCE_PORT: u16 = crate::wire::ROCEV2_UDP_PORT;
+
+/// How packets leave and arrive.
+#[derive(Debug, Clone, Default)]
+pub enum BackendKind {
+    /// A UDP socket bound to `<address>:4791` (unprivileged; the default).
+    #[default]
+    Udp,
+    /// An in-process network for tests.
+    Memory(MemoryNetwork),
+}
+
+/// What to open.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// A local IP address, or an interface name (its first IPv4 address, else IPv6).
+    pub address: String,
+    /// The backend.
+    pub backend: BackendKind,
+    /// UDP port (4791; another value only pairs with softroce devices using the same).
+    pub port: u16,
+    /// How long the engine keeps polling after the last activity before it sleeps
+    /// (lower latency, more CPU).
+    pub spin: std::time::Duration,
+    /// Device name (`softroce0` by default).
+    pub name: Option<String>,
+}
+
+impl DeviceConfig {
+    /// A UDP device on `address` (an IP address or an interface name).
+    pub fn new(address: impl Into<String>) -> DeviceConfig {
+        DeviceConfig {
+            address: address.into(),
+            backend: BackendKind::Udp,
+            port: ROCE_PORT,
+            spin: std::time::Duration::from_micros(50),
+            name: None,
+        }
+    }
+    /// The same on an in-memory network.
+    pub fn in_memory(net: &MemoryNetwork, address: impl Into<String>) -> DeviceConfig {
+        DeviceConfig { backend: BackendKind::Memory(net.clone()), ..DeviceConfig::new(address) }
+    }
+}
+
+/// Port state (`ibv_port_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortState {
+    /// Down.
+    Down,
+    /// Active.
+    Active,
+}
+
+/// Port attributes (`ibv_port_attr`).
+#[derive(Debug, Clone)]
+pub struct PortAttr {
+    /// State.
+    pub state: PortState,
+    /// Largest MTU (always 4096, as rxe).
+    pub max_mtu: Mtu,
+    /// Active MTU: the netdev MTU minus 80 bytes of headers, rounded down to an IB MTU.
+    pub active_mtu: Mtu,
+    /// The netdev's MTU.
+    pub netdev_mtu: u32,
+    /// GID table length.
+    pub gid_tbl_len: u32,
+    /// Port capability flags (rxe: CM supported).
+    pub port_cap_flags: u32,
+    /// Largest message.
+    pub max_msg_sz: u64,
+    /// LID (0 on RoCE).
+    pub lid: u16,
+    /// Link layer ("Ethernet").
+    pub link_layer: &'static str,
+    /// The network interface.
+    pub netdev: String,
+}
+
+/// Device limits (`ibv_device_attr`), enforced by the verbs layer.
+#[derive(Debug, Clone)]
+pub struct DeviceAttr {
+    /// Firmware version string.
+    pub fw_ver: String,
+    /// Node GUID (EUI-64 of the MAC, as rxe).
+    pub node_guid: u64,
+    /// Largest MR.
+    pub max_mr_size: u64,
+    /// Page sizes.
+    pub page_size_cap: u64,
+    /// Vendor ID.
+    pub vendor_id: u32,
+    /// Vendor part ID.
+    pub vendor_part_id: u32,
+    /// QPs.
+    pub max_qp: u32,
+    /// Work requests per queue.
+    pub max_qp_wr: u32,
+    /// SGEs per work request.
+    pub max_sge: u32,
+    /// Inline bytes per send.
+    pub max_inline_data: u32,
+    /// CQs.
+    pub max_cq: u32,
+    /// Entries per CQ.
+    pub max_cqe: u32,
+    /// MRs.
+    pub max_mr: u32,
+    /// PDs.
+    pub max_pd: u32,
+    /// READs/atomics outstanding as responder, per QP.
+    pub max_qp_rd_atom: u32,
+    /// READs/atomics outstanding as requester, per QP.
+    pub max_qp_init_rd_atom: u32,
+    /// SRQs.
+    pub max_srq: u32,
+    /// Work requests per SRQ.
+    pub max_srq_wr: u32,
+    /// SGEs per SRQ work request.
+    pub max_srq_sge: u32,
+    /// Address handles.
+    pub max_ah: u32,
+    /// Physical ports.
+    pub phys_port_cnt: u8,
+    /// Atomic capability (rxe: atomic with respect to this device's own operations).
+    pub atomic_cap: &'static str,
+}
+
+/// Counters of the device's receive path, beside the per-QP ones.
+#[derive(Debug, Default)]
+pub(crate) struct RxCounters {
+    pub icrc_err: AtomicU64,
+    pub malformed: AtomicU64,
+    pub unknown_qp: AtomicU64,
+    pub bad_source: AtomicU64,
+    pub icrc_unexpected_id: AtomicU64,
+    pub send_err: AtomicU64,
+    pub ecn_ce: AtomicU64,
+}
+
+/// An asynchronous event (`ibv_async_event`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// A QP event.
+    Qp {
+        /// The QP number.
+        qpn: u32,
+        /// What happened.
+        event: crate::transport::QpEvent,
+    },
+    /// A CQ overflowed (`IBV_EVENT_CQ_ERR`).
+    CqError {
+        /// Which CQ (the order of creation).
+        cq: u32,
+    },
+}
+
+/// What every handle of a device shares with the engine.
+pub(crate) struct DeviceShared {
+    pub name: String,
+    pub ip: IpAddr,
+    pub netdev: String,
+    pub mac: [u8; 6],
+    pub gids: Vec<Gid>,
+    pub port: PortAttr,
+    pub attr: DeviceAttr,
+    pub mrs: RwLock<MrTable>,
+    pub cmd_tx: Sender<Command>,
+    pub waker: Arc<mio::Waker>,
+    pub sleeping: AtomicBool,
+    pub posted: SegQueue<u32>,
+    pub events: SegQueue<AsyncEvent>,
+    pub rx: RxCounters,
+    pub next_id: AtomicU32,
+    pub next_qpn: AtomicU32,
+    pub qp_count: AtomicU32,
+    pub cq_count: AtomicU32,
+    pub pd_count: AtomicU32,
+    /// QP counters folded in as QPs are destroyed.
+    pub retired_counters: Mutex<Counters>,
+}
+
+impl DeviceShared {
+    /// Tells the engine a QP has new work; wakes it if it sleeps.
+    pub(crate) fn schedule(&self, qpn: u32) {
+        self.posted.push(qpn);
+        if self.sleeping.load(Ordering::SeqCst) {
+            let _ = self.waker.wake();
+        }
+    }
+
+    /// Sends a command to the engine and waits for the answer.
+    pub(crate) fn call<T>(&self, make: impl FnOnce(Sender<T>) -> Command) -> Result<T> {
+        let (tx, rx) = crossbeam::channel::bounded(1);
+        self.cmd_tx.send(make(tx)).map_err(|_| Error::EngineGone)?;
+        let _ = self.waker.wake();
+        rx.recv().map_err(|_| Error::EngineGone)
+    }
+}
+
+struct EngineHandle {
+    shared: Arc<DeviceShared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for EngineHandle {
+    fn drop(&mut self) {
+        let _ = self.shared.cmd_tx.send(Command::Shutdown);
+        let _ = self.shared.waker.wake();
+        if let Some(t) = self.thread.lock().take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// An open device. Cheap to clone; the engine stops when the last clone and the last
+/// object created from it are dropped.
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) shared: Arc<DeviceShared>,
+    _engine: Arc<EngineHandle>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device").field("name", &self.shared.name).field("ip", &self.shared.ip).finish()
+    }
+}
+
+/// An interface as softroce sees it.
+#[derive(Debug, Clone)]
+struct Iface {
+    name: String,
+    mac: [u8; 6],
+    ips: Vec<IpAddr>,
+    mtu: u32,
+}
+
+fn interfaces() -> Vec<Iface> {
+    pnet::datalink::interfaces()
+        .into_iter()
+        .map(|i| {
+            let mtu = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", i.name))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(1500);
+            Iface {
+                mac: i.mac.map(|m| m.octets()).unwrap_or_default(),
+                ips: i.ips.iter().map(|n| n.ip()).collect(),
+                name: i.name,
+                mtu,
+            }
+        })
+        .collect()
+}
+
+/// Finds the interface and address to open: an IP address (127.0.0.0/8 always belongs to
+/// the loopback interface) or an interface name.
+fn resolve(address: &str) -> Result<(Iface, IpAddr)> {
+    let ifaces = interfaces();
+    if let Ok(ip) = address.parse::<IpAddr>() {
+        if let Some(i) = ifaces.iter().find(|i| i.ips.contains(&ip)) {
+            return Ok((i.clone(), ip));
+        }
+        if ip.is_loopback() {
+            let lo = ifaces.iter().find(|i| i.name == "lo").cloned().unwrap_or(Iface {
+                name: "lo".into(),
+                mac: [0; 6],
+                ips: vec![],
+                mtu: 65536,
+            });
+            return Ok((lo, ip));
+        }
+        return Err(Error::NoSuchAddress(ip));
+    }
+    let i = ifaces
+        .into_iter()
+        .find(|i| i.name == address)
+        .ok_or_else(|| Error::NoSuchInterface(address.into()))?;
+    let ip = i
+        .ips
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(i.ips.first())
+        .copied()
+        .ok_or_else(|| Error::NoAddress(i.name.clone()))?;
+    Ok((i, ip))
+}
+
+/// The GID table rxe would build for a netdev, restricted to what this device can serve:
+/// index 0 is the default GID (`fe80::` + EUI-64 of the MAC), index 1 the device's IPv4
+/// address as `::ffff:a.b.c.d` (the index perftest and `-g 1` users expect), then its other
+/// addresses the way rxe orders them (IPv4, then IPv6 global before link-local).
+fn gid_table(iface: &Iface, ip: IpAddr) -> Vec<Gid> {
+    let default = if iface.mac == [0; 6] {
+        // Loopback has no MAC: derive a stable link-local GID from the address instead.
+        let mut g = [0u8; 16];
+        g[0] = 0xfe;
+        g[1] = 0x80;
+        g[12..].copy_from_slice(&match ip {
+            IpAddr::V4(v4) => v4.octets(),
+            IpAddr::V6(v6) => v6.octets()[12..].try_into().unwrap_or_default(),
+        });
+        Gid(g)
+    } else {
+        Gid::link_local_from_mac(iface.mac)
+    };
+    let mut gids = vec![default, Gid::from_ip(ip)];
+    // Only the bound address is reachable through this device's socket; list it once.
+    gids.dedup();
+    gids
+}
+
+impl Device {
+    /// Opens a device on a local address or interface.
+    pub fn open(cfg: DeviceConfig) -> Result<Device> {
+        let (iface, ip) = match &cfg.backend {
+            BackendKind::Udp => resolve(&cfg.address)?,
+            BackendKind::Memory(_) => {
+                let ip: IpAddr = cfg
+                    .address
+                    .parse()
+                    .map_err(|_| Error::InvalidArgument("in-memory devices need an IP address"))?;
+                (Iface { name: "mem".into(), mac: [0; 6], ips: vec![ip], mtu: 4200 }, ip)
+            }
+        };
+        let backend: Box<dyn super::backend::Backend> = match &cfg.backend {
+            BackendKind::Udp => {
+                Box::new(super::backend::udp::UdpBackend::new(ip, cfg.port).map_err(|source| {
+                    Error::Bind { addr: std::net::SocketAddr::new(ip, cfg.port), source }
+                })?)
+            }
+            BackendKind::Memory(net) => {
+                Box::new(super::backend::memory::MemoryBackend::new(net, ip, cfg.port))
+            }
+        };
+        let poll = mio::Poll::new()?;
+        let waker = Arc::new(mio::Waker::new(poll.registry(), super::engine::WAKE)?);
+        let (cmd_tx, cmd_rx): (Sender<Command>, Receiver<Command>) = crossbeam::channel::unbounded();
+        let mac = iface.mac;
+        let node_guid =
+            u64::from_be_bytes(Gid::link_local_from_mac(mac).0[8..].try_into().unwrap_or_default());
+        let gids = gid_table(&iface, ip);
+        let active = active_mtu_for_netdev(iface.mtu);
+        let shared = Arc::new(DeviceShared {
+            name: cfg.name.clone().unwrap_or_else(|| "softroce0".into()),
+            ip,
+            netdev: iface.name.clone(),
+            mac,
+            gids: gids.clone(),
+            port: PortAttr {
+                state: PortState::Active,
+                max_mtu: Mtu::Mtu4096,
+                active_mtu: active,
+                netdev_mtu: iface.mtu,
+                gid_tbl_len: gids.len() as u32,
+                port_cap_flags: 0x0001_0000,
+                max_msg_sz: crate::transport::MAX_MSG_SIZE,
+                lid: 0,
+                link_layer: "Ethernet",
+                netdev: iface.name.clone(),
+            },
+            attr: DeviceAttr {
+                fw_ver: env!("CARGO_PKG_VERSION").into(),
+                node_guid,
+                max_mr_size: u64::MAX,
+                page_size_cap: 0xffff_f000,
+                vendor_id: 0xffffff,
+                vendor_part_id: 0,
+                max_qp: 0x10000,
+                max_qp_wr: 0x4000,
+                max_sge: 32,
+                max_inline_data: 512,
+                max_cq: 0x10000,
+                max_cqe: (1 << 20) - 1,
+                max_mr: 0x80000,
+                max_pd: 0x10000,
+                max_qp_rd_atom: crate::transport::MAX_RD_ATOMIC as u32,
+                max_qp_init_rd_atom: crate::transport::MAX_RD_ATOMIC as u32,
+                max_srq: 0x10000,
+                max_srq_wr: 0x4000,
+                max_srq_sge: 27,
+                max_ah: 0x8000,
+                phys_port_cnt: 1,
+                atomic_cap: "ATOMIC_HCA",
+            },
+            mrs: RwLock::new(MrTable::default()),
+            cmd_tx,
+            waker,
+            sleeping: AtomicBool::new(false),
+            posted: SegQueue::new(),
+            events: SegQueue::new(),
+            rx: RxCounters::default(),
+            next_id: AtomicU32::new(1),
+            next_qpn: AtomicU32::new(0),
+            qp_count: AtomicU32::new(0),
+            cq_count: AtomicU32::new(0),
+            pd_count: AtomicU32::new(0),
+            retired_counters: Mutex::new(Counters::default()),
+        });
+        let engine = Engine::new(shared.clone(), backend, poll, cmd_rx, cfg.spin)?;
+        let thread =
+            std::thread::Builder::new().name(format!("softroce-{ip}")).spawn(move || engine.run())?;
+        Ok(Device {
+            _engine: Arc::new(EngineHandle { shared: shared.clone(), thread: Mutex::new(Some(thread)) }),
+            shared,
+        })
+    }
+
+    /// Device name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+    /// The local IP address packets use.
+    pub fn ip(&self) -> IpAddr {
+        self.shared.ip
+    }
+    /// The interface's MAC address (zero for loopback).
+    pub fn mac(&self) -> [u8; 6] {
+        self.shared.mac
+    }
+    /// The network interface.
+    pub fn netdev(&self) -> &str {
+        &self.shared.netdev
+    }
+    /// `ibv_query_device`.
+    pub fn query_device(&self) -> &DeviceAttr {
+        &self.shared.attr
+    }
+    /// `ibv_query_port` (port 1).
+    pub fn query_port(&self) -> &PortAttr {
+        &self.shared.port
+    }
+    /// `ibv_query_gid`.
+    pub fn gid(&self, index: u8) -> Result<Gid> {
+        self.shared
+            .gids
+            .get(index as usize)
+            .copied()
+            .ok_or(Error::GidIndex { index, len: self.shared.gids.len() })
+    }
+    /// The GID table with entry types.
+    pub fn gid_table(&self) -> Vec<(Gid, GidType)> {
+        self.shared.gids.iter().map(|g| (*g, GidType::RoceV2)).collect()
+    }
+    /// The index of the GID of the device's IP address (what tools should default to).
+    pub fn default_gid_index(&self) -> u8 {
+        let g = Gid::from_ip(self.shared.ip);
+        self.shared.gids.iter().position(|x| *x == g).unwrap_or(0) as u8
+    }
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> Result<super::ProtectionDomain> {
+        let n = self.shared.pd_count.fetch_add(1, Ordering::Relaxed);
+        if n >= self.shared.attr.max_pd {
+            self.shared.pd_count.fetch_sub(1, Ordering::Relaxed);
+            return Err(Error::Limit { what: "max_pd", max: self.shared.attr.max_pd as u64 });
+        }
+        Ok(super::ProtectionDomain {
+            id: self.shared.next_id.fetch_add(1, Ordering::Relaxed),
+            device: self.clone(),
+        })
+    }
+    /// `ibv_create_cq` with room for `cqe` completions.
+    pub fn create_cq(&self, cqe: usize) -> Result<super::CompletionQueue> {
+        if cqe == 0 || cqe > self.shared.attr.max_cqe as usize {
+            return Err(Error::Limit { what: "max_cqe", max: self.shared.attr.max_cqe as u64 });
+        }
+        let n = self.shared.cq_count.fetch_add(1, Ordering::Relaxed);
+        if n >= self.shared.attr.max_cq {
+            self.shared.cq_count.fetch_sub(1, Ordering::Relaxed);
+            return Err(Error::Limit { what: "max_cq", max: self.shared.attr.max_cq as u64 });
+        }
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        Ok(super::CompletionQueue {
+            shared: Arc::new(super::cq::CqShared::new(id, cqe)?),
+            device: self.clone(),
+        })
+    }
+    /// The next asynchronous event, if any (`ibv_get_async_event`).
+    pub fn poll_async_event(&self) -> Option<AsyncEvent> {
+        self.shared.events.pop()
+    }
+    /// Counters summed over every QP, past and present, plus the receive path's own.
+    pub fn counters(&self) -> Result<DeviceCounters> {
+        self.shared.call(Command::Counters)
+    }
+}
+
+/// Device counters: rxe's hw_counters names plus the receive path's drops.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceCounters {
+    /// Summed QP counters.
+    pub qp: Counters,
+    /// Packets dropped for a bad ICRC.
+    pub rcvd_icrc_err: u64,
+    /// Packets dropped because they did not parse.
+    pub rcvd_malformed: u64,
+    /// Packets for a QP that does not exist.
+    pub rcvd_unknown_qp: u64,
+    /// Packets from an address the QP is not connected to.
+    pub rcvd_bad_source: u64,
+    /// ICRCs that matched only with an IPv4 identification other than the one predicted.
+    pub icrc_unexpected_id: u64,
+    /// Packets the backend failed to send.
+    pub send_err: u64,
+    /// Packets received with ECN Congestion Experienced.
+    pub rcvd_ecn_ce: u64,
+}
+
+impl DeviceCounters {
+    /// Every counter as `(name, value)`.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        self.qp.iter().chain([
+            ("rcvd_icrc_err", self.rcvd_icrc_err),
+            ("rcvd_malformed", self.rcvd_malformed),
+            ("rcvd_unknown_qp", self.rcvd_unknown_qp),
+            ("rcvd_bad_source", self.rcvd_bad_source),
+            ("icrc_unexpected_id", self.icrc_unexpected_id),
+            ("send_err", self.send_err),
+            ("rcvd_ecn_ce", self.rcvd_ecn_ce),
+        ])
+    }
+}

@@ -1,0 +1,612 @@
+//! The progress engine: one thread per device that owns every queue pair's state machine and
+//! moves packets between them and the backend.
+//!
+//! One-sided operations must complete even when the target application never calls into the
+//! library, so progress does not depend on the application: the engine receives in batches
+//! (`recvmmsg` + GRO), hands each packet to its QP, takes newly posted work from lock-free
+//! queues, fires timers, builds outgoing packets into one contiguous buffer and sends runs of
+//! equal-sized packets to one peer in a single GSO system call, then publishes completions.
+//! Nothing on that path allocates or takes a lock per packet: the memory-region table is
+//! read-locked once per batch, QPs are owned by the engine outright.
+//!
+//! After activity the engine keeps polling for a short while (`DeviceConfig::spin`) before it
+//! sleeps in `epoll`, which trades a little CPU for latency.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::{Receiver, Sender};
+
+use super::backend::{Backend, Datagram, Outgoing};
+use super::cq::CqShared;
+use super::device::{AsyncEvent, DeviceCounters, DeviceShared};
+use super::error::{Error, Result};
+use super::gid::{rc_udp_sport, ud_udp_sport};
+use super::mr::MrTable;
+use super::qp::{AddressVector, QpAttrs, QpInfo, QpShared};
+use crate::transport::{Counters, Qp, QpType, Time, WcOpcode, WcStatus, WorkCompletion};
+use crate::wire::icrc;
+use crate::wire::roce::{IpRepr, RoceFrameRepr};
+use crate::wire::{ICRC_LEN, Packet};
+
+/// Token of the waker (commands, posts).
+pub(crate) const WAKE: mio::Token = mio::Token(0);
+/// Token of the backend's socket.
+const SOCKET: mio::Token = mio::Token(1);
+
+/// Requests from application threads.
+pub(crate) enum Command {
+    CreateQp { shared: Arc<QpShared>, send_cq: Arc<CqShared>, recv_cq: Arc<CqShared>, reply: Sender<()> },
+    ModifyQp { qpn: u32, attrs: QpAttrs, reply: Sender<Result<()>> },
+    QueryQp { qpn: u32, reply: Sender<Option<QpInfo>> },
+    DestroyQp { qpn: u32, reply: Sender<()> },
+    Counters(Sender<DeviceCounters>),
+    Shutdown,
+}
+
+/// Where a connected QP's packets go.
+struct Path {
+    dst: SocketAddr,
+    src_port: u16,
+    tos: u8,
+    /// The IP/UDP headers the ICRC covers (identification set per packet).
+    frame: RoceFrameRepr,
+}
+
+struct Slot {
+    qp: Qp,
+    shared: Arc<QpShared>,
+    send_cq: Arc<CqShared>,
+    recv_cq: Arc<CqShared>,
+    av: Option<AddressVector>,
+    path: Option<Path>,
+    active: bool,
+    timer: Option<Time>,
+    send_retired_seen: u64,
+}
+
+/// Everything but the backend, so the receive callback can borrow it while the backend is
+/// borrowed too.
+struct State {
+    shared: Arc<DeviceShared>,
+    qps: HashMap<u32, Slot>,
+    active: VecDeque<u32>,
+    touched: Vec<u32>,
+    timers: BinaryHeap<Reverse<(Time, u32)>>,
+    epoch: Instant,
+    port: u16,
+}
+
+pub(crate) struct Engine {
+    st: State,
+    backend: Box<dyn Backend>,
+    poll: mio::Poll,
+    cmd_rx: Receiver<Command>,
+    spin: Duration,
+    tx: Vec<u8>,
+}
+
+/// Largest packet the engine builds: BTH + longest header chain + 4096 + ICRC.
+const MAX_PKT: usize = 12 + 32 + 4096 + ICRC_LEN;
+
+impl Engine {
+    pub(crate) fn new(
+        shared: Arc<DeviceShared>,
+        mut backend: Box<dyn Backend>,
+        poll: mio::Poll,
+        cmd_rx: Receiver<Command>,
+        spin: Duration,
+    ) -> std::io::Result<Engine> {
+        backend.register(poll.registry(), SOCKET)?;
+        backend.set_waker(shared.waker.clone());
+        let port = backend.port();
+        Ok(Engine {
+            st: State {
+                shared,
+                qps: HashMap::new(),
+                active: VecDeque::new(),
+                touched: Vec::new(),
+                timers: BinaryHeap::new(),
+                epoch: Instant::now(),
+                port,
+            },
+            backend,
+            poll,
+            cmd_rx,
+            spin,
+            // Room for a full GSO batch of the largest packets.
+            tx: vec![0u8; 64 * MAX_PKT],
+        })
+    }
+
+    fn now(&self) -> Time {
+        Time::from_nanos(self.st.epoch.elapsed().as_nanos() as u64)
+    }
+
+    pub(crate) fn run(mut self) {
+        let mut events = mio::Events::with_capacity(8);
+        let mut idle_since: Option<Instant> = None;
+        loop {
+            let mut work = match self.commands() {
+                Some(w) => w,
+                None => return,
+            };
+            let now = self.now();
+            work |= self.receive(now);
+            work |= self.take_posts();
+            work |= self.timers(now);
+            work |= self.transmit(now);
+            self.publish();
+            if work {
+                idle_since = None;
+                continue;
+            }
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < self.spin {
+                std::thread::yield_now();
+                continue;
+            }
+            // Sleep until a packet, a post, a command or a timer. The flag is raised before
+            // the last look at the queues, so a poster either sees it and wakes us or its
+            // work is seen here.
+            self.st.shared.sleeping.store(true, Ordering::SeqCst);
+            if self.st.shared.posted.is_empty() && self.cmd_rx.is_empty() {
+                let timeout = self.next_deadline().map(|t| {
+                    let now = self.now();
+                    if t > now { t - now } else { Duration::ZERO }
+                });
+                let _ = self.poll.poll(&mut events, timeout);
+            }
+            self.st.shared.sleeping.store(false, Ordering::SeqCst);
+            idle_since = None;
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Time> {
+        let timer = self.st.timers.peek().map(|Reverse((t, _))| *t);
+        let backend = self
+            .backend
+            .next_deadline()
+            .map(|i| Time::from_nanos(i.saturating_duration_since(self.st.epoch).as_nanos() as u64));
+        match (timer, backend) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Handles queued commands; `None` on shutdown.
+    fn commands(&mut self) -> Option<bool> {
+        let mut any = false;
+        while let Ok(cmd) = self.cmd_rx.try_recv() {
+            any = true;
+            let st = &mut self.st;
+            match cmd {
+                Command::Shutdown => return None,
+                Command::CreateQp { shared, send_cq, recv_cq, reply } => {
+                    let qp = Qp::new(shared.qpn, shared.qp_type, shared.pd, shared.caps);
+                    st.qps.insert(
+                        shared.qpn,
+                        Slot {
+                            qp,
+                            shared,
+                            send_cq,
+                            recv_cq,
+                            av: None,
+                            path: None,
+                            active: false,
+                            timer: None,
+                            send_retired_seen: 0,
+                        },
+                    );
+                    let _ = reply.send(());
+                }
+                Command::ModifyQp { qpn, attrs, reply } => {
+                    let r = st.modify(qpn, &attrs, self.backend.local_ip());
+                    st.touched.push(qpn);
+                    let _ = reply.send(r);
+                }
+                Command::QueryQp { qpn, reply } => {
+                    let info = st.qps.get(&qpn).map(|s| QpInfo {
+                        state: s.qp.state(),
+                        attr: *s.qp.attr(),
+                        av: s.av,
+                        cap: *s.qp.caps(),
+                        sq_psn: s.qp.next_send_psn().value(),
+                        rq_psn: s.qp.expected_psn().value(),
+                        counters: s.qp.counters().clone(),
+                    });
+                    let _ = reply.send(info);
+                }
+                Command::DestroyQp { qpn, reply } => {
+                    if let Some(s) = st.qps.remove(&qpn) {
+                        st.shared.retired_counters.lock().add(s.qp.counters());
+                    }
+                    let _ = reply.send(());
+                }
+                Command::Counters(reply) => {
+                    let mut c: Counters = st.shared.retired_counters.lock().clone();
+                    for s in st.qps.values() {
+                        c.add(s.qp.counters());
+                    }
+                    let rx = &st.shared.rx;
+                    let _ = reply.send(DeviceCounters {
+                        qp: c,
+                        rcvd_icrc_err: rx.icrc_err.load(Ordering::Relaxed),
+                        rcvd_malformed: rx.malformed.load(Ordering::Relaxed),
+                        rcvd_unknown_qp: rx.unknown_qp.load(Ordering::Relaxed),
+                        rcvd_bad_source: rx.bad_source.load(Ordering::Relaxed),
+                        icrc_unexpected_id: rx.icrc_unexpected_id.load(Ordering::Relaxed),
+                        send_err: rx.send_err.load(Ordering::Relaxed),
+                        rcvd_ecn_ce: rx.ecn_ce.load(Ordering::Relaxed),
+                    });
+                }
+            }
+        }
+        Some(any)
+    }
+
+    fn receive(&mut self, now: Time) -> bool {
+        let Engine { st, backend, .. } = self;
+        let shared = st.shared.clone();
+        let mrs = shared.mrs.read();
+        let mut got = 0;
+        // A few batches per turn, then let the other work run.
+        for _ in 0..8 {
+            match backend.recv(&mut |d| st.on_datagram(d, now, &mrs)) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n,
+            }
+        }
+        got > 0
+    }
+
+    /// Moves posted work requests into their QPs.
+    fn take_posts(&mut self) -> bool {
+        let st = &mut self.st;
+        let mut any = false;
+        while let Some(qpn) = st.shared.posted.pop() {
+            any = true;
+            let Some(slot) = st.qps.get_mut(&qpn) else { continue };
+            slot.shared.scheduled.store(false, Ordering::SeqCst);
+            while let Some(wr) = slot.shared.send_wrq.pop() {
+                let id = wr.wr_id;
+                if slot.qp.post_send(wr).is_err() {
+                    // The state changed under the post (e.g. to RESET): report it.
+                    slot.shared.send_outstanding.fetch_sub(1, Ordering::SeqCst);
+                    let wc = WorkCompletion::new(id, WcStatus::LocQpOpErr, WcOpcode::Send, qpn);
+                    slot.send_cq.push(wc);
+                }
+            }
+            take_recvs(slot);
+            st.touched.push(qpn);
+        }
+        any
+    }
+
+    fn timers(&mut self, now: Time) -> bool {
+        let st = &mut self.st;
+        let shared = st.shared.clone();
+        let mut any = false;
+        while let Some(&Reverse((t, qpn))) = st.timers.peek() {
+            if t > now {
+                break;
+            }
+            st.timers.pop();
+            let Some(slot) = st.qps.get_mut(&qpn) else { continue };
+            if slot.timer != Some(t) {
+                continue; // superseded
+            }
+            slot.timer = None;
+            let mrs = shared.mrs.read();
+            slot.qp.handle_timeout(now, &*mrs);
+            st.touched.push(qpn);
+            any = true;
+        }
+        any
+    }
+
+    /// Builds and sends what the active QPs have, batching equal-sized packets to one peer.
+    fn transmit(&mut self, now: Time) -> bool {
+        let Engine { st, backend, tx, .. } = self;
+        let shared = st.shared.clone();
+        let mrs = shared.mrs.read();
+        let max_seg = backend.max_segments();
+        // A GSO send is one UDP datagram to the kernel: at most 65507 bytes of payload.
+        const MAX_GSO_BYTES: usize = 65_507;
+        let numbered = backend.gso_numbers_ip_id();
+        let mut batch: Option<Batch> = None;
+        let mut pos = 0usize;
+        let mut sent = false;
+        for _ in 0..st.active.len() {
+            let Some(qpn) = st.active.pop_front() else { break };
+            let Some(slot) = st.qps.get_mut(&qpn) else { continue };
+            slot.active = false;
+            st.touched.push(qpn);
+            let mut n = 0;
+            loop {
+                if tx.len() - pos < MAX_PKT {
+                    flush(backend.as_mut(), tx, &mut batch, &shared);
+                    pos = 0;
+                }
+                let Some(t) = slot.qp.poll_transmit(now, &*mrs, &mut tx[pos..pos + MAX_PKT]) else { break };
+                n += 1;
+                sent = true;
+                let Some(path) = &slot.path else {
+                    // No route (a connected QP without address vector cannot get here).
+                    slot.qp.counters_mut().send_err += 1;
+                    continue;
+                };
+                let len = t.len;
+                let joins = batch.as_ref().is_some_and(|b| {
+                    b.dst == path.dst
+                        && b.src_port == path.src_port
+                        && b.tos == path.tos
+                        && !b.closed
+                        && b.count < max_seg
+                        && (b.count + 1) * b.seg <= MAX_GSO_BYTES
+                        && len <= b.seg
+                        && b.end == pos
+                });
+                if !joins {
+                    flush(backend.as_mut(), tx, &mut batch, &shared);
+                    batch = Some(Batch {
+                        dst: path.dst,
+                        src_port: path.src_port,
+                        tos: path.tos,
+                        start: pos,
+                        end: pos,
+                        seg: len,
+                        count: 0,
+                        closed: false,
+                    });
+                }
+                let b = batch.as_mut().expect("a batch was just ensured");
+                // Segment k of a GSO send leaves with IPv4 identification k (see the backend).
+                let k = b.count;
+                b.count += 1;
+                b.end = pos + len;
+                b.closed = len < b.seg;
+                let mut frame = path.frame;
+                if let IpRepr::V4 { id, .. } = &mut frame.ip {
+                    *id = if numbered { k as u16 } else { 0 };
+                }
+                let body = len - ICRC_LEN;
+                if let Ok(crc) = frame.icrc(&tx[pos..pos + body]) {
+                    tx[pos + body..pos + len].copy_from_slice(&crc.to_le_bytes());
+                }
+                pos += len;
+                if n >= 256 {
+                    // Fairness: let the other QPs send too; come back next turn.
+                    slot.active = true;
+                    st.active.push_back(qpn);
+                    break;
+                }
+            }
+        }
+        flush(backend.as_mut(), tx, &mut batch, &shared);
+        sent
+    }
+
+    /// Publishes completions, states, events, slot counts, timers and activity of the QPs
+    /// touched since the last call.
+    fn publish(&mut self) {
+        let st = &mut self.st;
+        let mut touched = std::mem::take(&mut st.touched);
+        touched.sort_unstable();
+        touched.dedup();
+        for qpn in touched.drain(..) {
+            st.publish_one(qpn);
+        }
+        st.touched = touched;
+    }
+}
+
+/// A run of packets to one peer waiting in the transmit buffer: `count` packets of `seg`
+/// bytes in `start..end` (the last may be shorter, which closes the run).
+#[derive(Debug)]
+struct Batch {
+    dst: SocketAddr,
+    src_port: u16,
+    tos: u8,
+    start: usize,
+    end: usize,
+    seg: usize,
+    count: usize,
+    closed: bool,
+}
+
+impl State {
+    fn modify(&mut self, qpn: u32, attrs: &QpAttrs, local: IpAddr) -> Result<()> {
+        let port = self.port;
+        let slot = self.qps.get_mut(&qpn).ok_or(Error::NoSuchQp(qpn))?;
+        slot.qp.modify(&attrs.to_update())?;
+        if let Some(av) = attrs.av {
+            slot.av = Some(av);
+        }
+        slot.shared.path_mtu.store(slot.qp.attr().path_mtu as u8, Ordering::Relaxed);
+        // Connected QPs know their peer once they have an address vector and a dest QPN.
+        if let (Some(av), QpType::Rc | QpType::Uc) = (slot.av, slot.qp.qp_type())
+            && slot.qp.attr().dest_qpn != 0
+        {
+            let dst_ip = av.dgid.to_ip();
+            let src_port = rc_udp_sport(av.flow_label, qpn, slot.qp.attr().dest_qpn);
+            let ip = match (local, dst_ip) {
+                (IpAddr::V4(src), IpAddr::V4(dst)) => {
+                    IpRepr::V4 { src, dst, tos: av.traffic_class, ttl: av.hop_limit, id: 0, df: true }
+                }
+                (IpAddr::V6(src), IpAddr::V6(dst)) => IpRepr::V6 {
+                    src,
+                    dst,
+                    traffic_class: av.traffic_class,
+                    flow_label: 0,
+                    hop_limit: av.hop_limit,
+                },
+                _ => return Err(Error::Unreachable(av.dgid)),
+            };
+            slot.path = Some(Path {
+                dst: SocketAddr::new(dst_ip, port),
+                src_port,
+                tos: av.traffic_class,
+                frame: RoceFrameRepr { ip, src_port, dst_port: port, udp_checksum: false },
+            });
+        } else if slot.qp.qp_type() == QpType::Ud {
+            let _ = ud_udp_sport(qpn);
+        }
+        Ok(())
+    }
+
+    fn on_datagram(&mut self, d: Datagram<'_>, now: Time, mrs: &MrTable) {
+        let rx = &self.shared.rx;
+        let Ok(p) = Packet::new_checked(d.payload) else {
+            rx.malformed.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if !icrc_ok(&d, &p) {
+            rx.icrc_err.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if d.ecn == 3 {
+            // Congestion Experienced: counted (the basis for congestion control).
+            rx.ecn_ce.fetch_add(1, Ordering::Relaxed);
+        }
+        let qpn = p.bth().dest_qp();
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            rx.unknown_qp.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if let (QpType::Rc | QpType::Uc, Some(path)) = (slot.qp.qp_type(), &slot.path)
+            && path.dst.ip() != d.src.ip()
+        {
+            rx.bad_source.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if !slot.shared.recv_wrq.is_empty() {
+            take_recvs(slot);
+        }
+        slot.qp.handle_packet(now, &p, mrs);
+        self.touched.push(qpn);
+    }
+
+    fn publish_one(&mut self, qpn: u32) {
+        let Some(slot) = self.qps.get_mut(&qpn) else { return };
+        let q = &mut slot.qp;
+        // Free send slots before the completions are visible: an application that sees a
+        // completion may post at once.
+        let retired = q.send_retired();
+        if retired > slot.send_retired_seen {
+            slot.shared
+                .send_outstanding
+                .fetch_sub((retired - slot.send_retired_seen) as usize, Ordering::SeqCst);
+            slot.send_retired_seen = retired;
+        }
+        let mut overflow = false;
+        while let Some(wc) = q.poll_send_completion() {
+            overflow |= !slot.send_cq.push(wc);
+        }
+        while let Some(wc) = q.poll_recv_completion() {
+            slot.shared.recv_outstanding.fetch_sub(1, Ordering::SeqCst);
+            overflow |= !slot.recv_cq.push(wc);
+        }
+        if overflow {
+            // IBTA: a CQ overrun is a CQ error; the QPs that feed it cannot go on.
+            self.shared.events.push(AsyncEvent::CqError { cq: slot.send_cq.id });
+            let _ = q.modify(&crate::transport::QpAttrUpdate {
+                state: Some(crate::transport::QpState::Err),
+                ..Default::default()
+            });
+            while q.poll_send_completion().is_some() {}
+            while q.poll_recv_completion().is_some() {}
+        }
+        slot.send_cq.notify();
+        slot.recv_cq.notify();
+        while let Some(event) = q.poll_event() {
+            self.shared.events.push(AsyncEvent::Qp { qpn, event });
+        }
+        slot.shared.set_state(q.state());
+        if let Some(t) = q.poll_timeout()
+            && slot.timer != Some(t)
+        {
+            slot.timer = Some(t);
+            self.timers.push(Reverse((t, qpn)));
+        } else if q.poll_timeout().is_none() {
+            slot.timer = None;
+        }
+        if q.wants_transmit() && !slot.active {
+            slot.active = true;
+            self.active.push_back(qpn);
+        }
+    }
+}
+
+/// Moves a QP's posted receives into it. Called before every packet it gets too: a receive
+/// posted before the peer was told to send must be there when the SEND arrives, as it would
+/// be on an HCA.
+fn take_recvs(slot: &mut Slot) {
+    while let Some(wr) = slot.shared.recv_wrq.pop() {
+        let id = wr.wr_id;
+        if slot.qp.post_recv(wr).is_err() {
+            slot.shared.recv_outstanding.fetch_sub(1, Ordering::SeqCst);
+            let wc = WorkCompletion::new(id, WcStatus::LocQpOpErr, WcOpcode::Recv, slot.shared.qpn);
+            slot.recv_cq.push(wc);
+        }
+    }
+}
+
+/// Sends the pending batch, if any.
+fn flush(backend: &mut dyn Backend, tx: &[u8], batch: &mut Option<Batch>, shared: &DeviceShared) {
+    if let Some(b) = batch.take() {
+        let out = Outgoing {
+            dst: b.dst,
+            src_port: b.src_port,
+            contents: &tx[b.start..b.end],
+            segment_size: b.seg,
+            tos: b.tos,
+        };
+        if backend.send(out).is_err() {
+            shared.rx.send_err.fetch_add(b.count as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Checks a received packet's ICRC with what the backend knows of its IP and UDP headers.
+fn icrc_ok(d: &Datagram<'_>, p: &Packet<'_>) -> bool {
+    if let Some(ip) = d.ip_header {
+        // Backends that see the IP header check at full strength.
+        let mut udp = [0u8; 8];
+        udp[..2].copy_from_slice(&d.src.port().to_be_bytes());
+        udp[2..4].copy_from_slice(&d.dst_port.to_be_bytes());
+        udp[4..6].copy_from_slice(&((8 + d.payload.len()) as u16).to_be_bytes());
+        return icrc::verify(ip, &udp, d.payload).unwrap_or(false);
+    }
+    let udp_len = (8 + d.payload.len()) as u16;
+    let mut udp = [0u8; 8];
+    udp[..2].copy_from_slice(&d.src.port().to_be_bytes());
+    udp[2..4].copy_from_slice(&d.dst_port.to_be_bytes());
+    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    match (d.src.ip(), d.dst) {
+        (IpAddr::V4(s), IpAddr::V4(t)) => {
+            let mut ip = [0u8; 20];
+            ip[0] = 0x45;
+            ip[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
+            ip[9] = 17;
+            ip[12..16].copy_from_slice(&s.octets());
+            ip[16..20].copy_from_slice(&t.octets());
+            // The identification and DF are not visible here: recover them from the CRC.
+            matches!(icrc::recover_ipv4_id(&ip, &udp, p.without_icrc(), p.icrc()), Ok(Some(_)))
+        }
+        (IpAddr::V6(s), IpAddr::V6(t)) => {
+            let f = RoceFrameRepr {
+                ip: IpRepr::V6 { src: s, dst: t, traffic_class: 0, flow_label: 0, hop_limit: 64 },
+                src_port: d.src.port(),
+                dst_port: d.dst_port,
+                udp_checksum: false,
+            };
+            f.icrc(p.without_icrc()).ok() == Some(p.icrc())
+        }
+        _ => false,
+    }
+}

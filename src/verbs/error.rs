@@ -1,0 +1,89 @@
+//! The verbs layer's error type: every misuse is one of these, never a panic.
+
+use std::net::IpAddr;
+
+use crate::transport::{ModifyError, PostError};
+
+/// Why a verbs call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No local interface has this address.
+    #[error("no local network interface has address {0} (use an address of `ip addr`, or 127.0.0.x)")]
+    NoSuchAddress(IpAddr),
+    /// No interface has this name.
+    #[error("no network interface named {0:?}")]
+    NoSuchInterface(String),
+    /// The interface has no usable IPv4 or IPv6 address.
+    #[error("interface {0} has no IP address to run RoCEv2 on")]
+    NoAddress(String),
+    /// The UDP port could not be bound.
+    #[error("cannot bind UDP {addr}: {source} (is another RoCE stack or softroce device using it?)")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// An I/O error.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// `modify_qp` was refused.
+    #[error(transparent)]
+    Modify(#[from] ModifyError),
+    /// A work request was refused.
+    #[error(transparent)]
+    Post(#[from] PostError),
+    /// A GID index past the table.
+    #[error("GID index {index} is out of range: the table has {len} entries")]
+    GidIndex {
+        /// Requested index.
+        index: u8,
+        /// Table length.
+        len: usize,
+    },
+    /// The address vector's GIDs are of different families than the device's address.
+    #[error("GID {0} cannot be reached from this device (address family or scope mismatch)")]
+    Unreachable(crate::verbs::Gid),
+    /// An SGE names a key that is not registered.
+    #[error("lkey {0:#x} is not a registered memory region")]
+    BadLkey(u32),
+    /// An SGE's region belongs to another protection domain.
+    #[error("lkey {0:#x} belongs to another protection domain")]
+    PdMismatch(u32),
+    /// An SGE reaches outside its region.
+    #[error("SGE {addr:#x}+{len} is outside the memory region of lkey {lkey:#x}")]
+    SgeOutOfRegion {
+        /// SGE address.
+        addr: u64,
+        /// SGE length.
+        len: u32,
+        /// SGE key.
+        lkey: u32,
+    },
+    /// The receive or READ target region lacks LOCAL_WRITE.
+    #[error("lkey {0:#x} lacks LOCAL_WRITE, which receives, READs and atomics need")]
+    NotLocalWrite(u32),
+    /// A device limit was exceeded.
+    #[error("device limit exceeded: {what} (max {max})")]
+    Limit {
+        /// The limit.
+        what: &'static str,
+        /// Its value.
+        max: u64,
+    },
+    /// An argument is invalid.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(&'static str),
+    /// The CQ overflowed; completions were lost and the QPs using it are in error.
+    #[error("completion queue overflow")]
+    CqOverflow,
+    /// The QP was destroyed.
+    #[error("QP {0:#x} does not exist (destroyed?)")]
+    NoSuchQp(u32),
+    /// The device's engine thread stopped.
+    #[error("the device's engine thread has stopped")]
+    EngineGone,
+}
+
+/// Result of a verbs call.
+pub type Result<T> = std::result::Result<T, Error>;

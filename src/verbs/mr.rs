@@ -1,0 +1,600 @@
+//! Memory regions and the memory model.
+//!
+//! # The model
+//!
+//! A remote peer writes into a registered region from the engine's thread at any moment the
+//! region is registered, while the application may be reading or writing it. In Rust, plain
+//! reads and writes that race are undefined behaviour, so softroce never lets two threads
+//! touch region memory with plain accesses at the same time:
+//!
+//! - A [`MemoryRegion`] created by [`super::ProtectionDomain::alloc_mr`] **owns** its buffer,
+//!   stored as 8-byte atomic words. Every access — the application's ([`MemoryRegion::read`],
+//!   [`MemoryRegion::write`], [`MemoryRegion::fill`], [`MemoryRegion::atomic_u64`]) and the
+//!   engine's (packet payloads in and out, RDMA atomics) — goes through relaxed atomic loads and
+//!   stores (read-modify-write `fetch_and`/`fetch_or` for partial words), which compile to plain
+//!   moves. Racing accesses are therefore defined: a reader may see a mix of old and new bytes,
+//!   exactly as with RDMA hardware, but never undefined behaviour. RDMA atomics use the same
+//!   `AtomicU64`, so they are atomic with respect to the application's
+//!   [`MemoryRegion::atomic_u64`] too.
+//! - For zero-copy use, [`MemoryRegion::as_slice`] and [`MemoryRegion::as_mut_slice`] hand out
+//!   plain slices. They are `unsafe`: the caller promises that no remote access and no engine
+//!   access (no posted work request using the region) can happen meanwhile — for example after
+//!   the completion that ended the transfer, with the rkey not given to any peer.
+//! - [`super::ProtectionDomain::register_raw`] registers memory the application owns (for
+//!   example a buffer shared with other code). It is `unsafe` for the same reasons and because
+//!   the memory must outlive the registration.
+//!
+//! Keys are random 32-bit values drawn from the OS's random seed, so a peer cannot guess an
+//! rkey it was not given (kernel rxe uses an index with 8 random bits).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
+
+use crate::transport::{Access, AtomicOp, MemError, Memory};
+
+/// The bytes of a region as atomic words plus, for borrowed memory whose length is not a
+/// multiple of eight, a tail of atomic bytes that no word overlaps.
+pub(crate) struct AtomicBytes {
+    storage: Storage,
+    len: usize,
+}
+
+enum Storage {
+    Owned(Box<[AtomicU64]>),
+    Borrowed { ptr: *const AtomicU64, words: usize, tail: *const AtomicU8, tail_len: usize },
+}
+
+// SAFETY: the storage is only ever accessed through atomic operations (or through the
+// `unsafe` slice accessors whose callers promise exclusivity), so sharing it between threads
+// is sound. Borrowed pointers stay valid for the registration's lifetime (the caller of
+// `register_raw` promised that).
+unsafe impl Send for AtomicBytes {}
+// SAFETY: as above.
+unsafe impl Sync for AtomicBytes {}
+
+impl AtomicBytes {
+    fn owned(len: usize) -> AtomicBytes {
+        let words = len.div_ceil(8).max(1);
+        AtomicBytes { storage: Storage::Owned((0..words).map(|_| AtomicU64::new(0)).collect()), len }
+    }
+
+    /// # Safety
+    /// `ptr` must be 8-byte aligned, valid for reads and writes of `len` bytes for as long as
+    /// the returned value lives, and only accessed atomically (or exclusively) meanwhile.
+    unsafe fn borrowed(ptr: *mut u8, len: usize) -> AtomicBytes {
+        let words = len / 8;
+        AtomicBytes {
+            storage: Storage::Borrowed {
+                ptr: ptr as *const AtomicU64,
+                words,
+                // SAFETY: the tail starts inside (or at the end of) the caller's allocation.
+                tail: unsafe { ptr.add(words * 8) } as *const AtomicU8,
+                tail_len: len - words * 8,
+            },
+            len,
+        }
+    }
+
+    fn words(&self) -> &[AtomicU64] {
+        match &self.storage {
+            Storage::Owned(b) => b,
+            // SAFETY: `ptr` is aligned and valid for `words` words (see `borrowed`), and
+            // `AtomicU64` has the same layout as `u64`.
+            Storage::Borrowed { ptr, words, .. } => unsafe { std::slice::from_raw_parts(*ptr, *words) },
+        }
+    }
+
+    fn tail(&self) -> &[AtomicU8] {
+        match &self.storage {
+            Storage::Owned(_) => &[],
+            // SAFETY: `tail` is valid for `tail_len` bytes after the last whole word.
+            Storage::Borrowed { tail, tail_len, .. } => unsafe {
+                std::slice::from_raw_parts(*tail, *tail_len)
+            },
+        }
+    }
+
+    /// Start of the bytes, for the `unsafe` slice accessors.
+    fn as_ptr(&self) -> *mut u8 {
+        match &self.storage {
+            Storage::Owned(b) => b.as_ptr() as *mut u8,
+            Storage::Borrowed { ptr, .. } => *ptr as *mut u8,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The address of the first byte (what ibverbs users see as the region's address).
+    pub(crate) fn addr(&self) -> u64 {
+        self.as_ptr() as u64
+    }
+
+    /// Copies `dst.len()` bytes starting at byte `off` (bounds checked by the caller).
+    pub(crate) fn read(&self, off: usize, dst: &mut [u8]) {
+        let words = self.words();
+        let word_bytes = words.len() * 8;
+        let mut pos = off;
+        let mut out = 0;
+        while out < dst.len() {
+            if pos >= word_bytes {
+                // Borrowed tail: bytes no word covers.
+                for (i, d) in dst[out..].iter_mut().enumerate() {
+                    *d = self.tail()[pos - word_bytes + i].load(Relaxed);
+                }
+                return;
+            }
+            let w = pos / 8;
+            let b = pos % 8;
+            let n = (8 - b).min(dst.len() - out);
+            let bytes = words[w].load(Relaxed).to_ne_bytes();
+            dst[out..out + n].copy_from_slice(&bytes[b..b + n]);
+            out += n;
+            pos += n;
+        }
+    }
+
+    /// Writes `src` starting at byte `off` (bounds checked by the caller). Whole words are
+    /// stored; partial words are merged with `fetch_and`/`fetch_or`, which leave the other
+    /// bytes of the word as concurrent writers left them.
+    pub(crate) fn write(&self, off: usize, src: &[u8]) {
+        let words = self.words();
+        let word_bytes = words.len() * 8;
+        let mut pos = off;
+        let mut done = 0;
+        while done < src.len() {
+            if pos >= word_bytes {
+                for (i, s) in src[done..].iter().enumerate() {
+                    self.tail()[pos - word_bytes + i].store(*s, Relaxed);
+                }
+                return;
+            }
+            let w = pos / 8;
+            let b = pos % 8;
+            let n = (8 - b).min(src.len() - done);
+            if n == 8 {
+                let mut v = [0u8; 8];
+                v.copy_from_slice(&src[done..done + 8]);
+                words[w].store(u64::from_ne_bytes(v), Relaxed);
+            } else {
+                let mut v = [0u8; 8];
+                let mut m = [0u8; 8];
+                v[b..b + n].copy_from_slice(&src[done..done + n]);
+                m[b..b + n].fill(0xff);
+                let mask = u64::from_ne_bytes(m);
+                words[w].fetch_and(!mask, Relaxed);
+                words[w].fetch_or(u64::from_ne_bytes(v), Relaxed);
+            }
+            done += n;
+            pos += n;
+        }
+    }
+
+    /// Fills `len` bytes at `off` with `byte`.
+    fn fill(&self, off: usize, len: usize, byte: u8) {
+        let chunk = [byte; 256];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(chunk.len());
+            self.write(off + done, &chunk[..n]);
+            done += n;
+        }
+    }
+
+    /// The aligned word at byte `off`, if `off` is a multiple of 8 inside the words.
+    pub(crate) fn word(&self, off: usize) -> Option<&AtomicU64> {
+        if !off.is_multiple_of(8) || off + 8 > self.len {
+            return None;
+        }
+        self.words().get(off / 8)
+    }
+}
+
+/// What the engine and the application share about one region.
+pub(crate) struct MrInner {
+    pub pd: u32,
+    pub lkey: u32,
+    pub rkey: u32,
+    pub addr: u64,
+    pub access: Access,
+    pub bytes: AtomicBytes,
+    /// Cleared when a SEND with invalidate invalidated the rkey.
+    pub rkey_valid: AtomicBool,
+    pub remote_invalidate: bool,
+}
+
+impl MrInner {
+    /// Byte offset of `[addr, addr+len)` inside the region, if it is inside.
+    fn offset(&self, addr: u64, len: u64) -> Result<usize, MemError> {
+        let off = addr.checked_sub(self.addr).ok_or(MemError::OutOfBounds)?;
+        let end = off.checked_add(len).ok_or(MemError::OutOfBounds)?;
+        if end > self.bytes.len() as u64 {
+            return Err(MemError::OutOfBounds);
+        }
+        Ok(off as usize)
+    }
+}
+
+/// Multiplicative hashing for random 32-bit keys (they need no SipHash).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ *b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+pub(crate) struct KeyBuild;
+impl BuildHasher for KeyBuild {
+    type Hasher = KeyHasher;
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher(0)
+    }
+}
+
+/// Random 32-bit values from the process's random hash seed (SipHash keyed by the OS).
+pub(crate) fn random_u32() -> u32 {
+    use std::sync::atomic::AtomicU64;
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Relaxed));
+    h.write_u64(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
+    );
+    h.finish() as u32
+}
+
+/// The registered regions of a device, by key.
+#[derive(Default)]
+pub(crate) struct MrTable {
+    by_lkey: HashMap<u32, Arc<MrInner>, KeyBuild>,
+    by_rkey: HashMap<u32, Arc<MrInner>, KeyBuild>,
+}
+
+impl MrTable {
+    pub(crate) fn len(&self) -> usize {
+        self.by_lkey.len()
+    }
+
+    /// Inserts a region under fresh random keys; returns the region.
+    pub(crate) fn insert(
+        &mut self,
+        pd: u32,
+        addr: u64,
+        access: Access,
+        bytes: AtomicBytes,
+        remote_invalidate: bool,
+    ) -> Arc<MrInner> {
+        let fresh = |used: &HashMap<u32, Arc<MrInner>, KeyBuild>| loop {
+            let k = random_u32();
+            if k != 0 && !used.contains_key(&k) {
+                break k;
+            }
+        };
+        let lkey = fresh(&self.by_lkey);
+        let remote = access.contains(Access::REMOTE_READ)
+            || access.contains(Access::REMOTE_WRITE)
+            || access.contains(Access::REMOTE_ATOMIC);
+        // Like rxe, a region without remote rights has no rkey (0).
+        let rkey = if remote { fresh(&self.by_rkey) } else { 0 };
+        let mr = Arc::new(MrInner {
+            pd,
+            lkey,
+            rkey,
+            addr,
+            access,
+            bytes,
+            rkey_valid: AtomicBool::new(true),
+            remote_invalidate,
+        });
+        self.by_lkey.insert(lkey, mr.clone());
+        if rkey != 0 {
+            self.by_rkey.insert(rkey, mr.clone());
+        }
+        mr
+    }
+
+    pub(crate) fn remove(&mut self, lkey: u32) {
+        if let Some(mr) = self.by_lkey.remove(&lkey)
+            && mr.rkey != 0
+        {
+            self.by_rkey.remove(&mr.rkey);
+        }
+    }
+
+    pub(crate) fn local(&self, pd: u32, lkey: u32) -> Result<&MrInner, MemError> {
+        let mr = self.by_lkey.get(&lkey).ok_or(MemError::InvalidKey)?;
+        if mr.pd != pd {
+            return Err(MemError::PdMismatch);
+        }
+        Ok(mr)
+    }
+
+    fn remote(&self, pd: u32, rkey: u32, need: Access) -> Result<&MrInner, MemError> {
+        let mr = self.by_rkey.get(&rkey).ok_or(MemError::InvalidKey)?;
+        if !mr.rkey_valid.load(Relaxed) {
+            return Err(MemError::InvalidKey);
+        }
+        if mr.pd != pd {
+            return Err(MemError::PdMismatch);
+        }
+        if !mr.access.contains(need) {
+            return Err(MemError::AccessDenied);
+        }
+        Ok(mr)
+    }
+}
+
+impl Memory for MrTable {
+    fn read_local(&self, pd: u32, lkey: u32, addr: u64, dst: &mut [u8]) -> Result<(), MemError> {
+        let mr = self.local(pd, lkey)?;
+        let off = mr.offset(addr, dst.len() as u64)?;
+        mr.bytes.read(off, dst);
+        Ok(())
+    }
+    fn write_local(&self, pd: u32, lkey: u32, addr: u64, src: &[u8]) -> Result<(), MemError> {
+        let mr = self.local(pd, lkey)?;
+        if !mr.access.contains(Access::LOCAL_WRITE) {
+            return Err(MemError::AccessDenied);
+        }
+        let off = mr.offset(addr, src.len() as u64)?;
+        mr.bytes.write(off, src);
+        Ok(())
+    }
+    fn check_remote(&self, pd: u32, rkey: u32, addr: u64, len: u64, access: Access) -> Result<(), MemError> {
+        self.remote(pd, rkey, access)?.offset(addr, len).map(|_| ())
+    }
+    fn read_remote(&self, pd: u32, rkey: u32, addr: u64, dst: &mut [u8]) -> Result<(), MemError> {
+        let mr = self.remote(pd, rkey, Access::REMOTE_READ)?;
+        let off = mr.offset(addr, dst.len() as u64)?;
+        mr.bytes.read(off, dst);
+        Ok(())
+    }
+    fn write_remote(&self, pd: u32, rkey: u32, addr: u64, src: &[u8]) -> Result<(), MemError> {
+        let mr = self.remote(pd, rkey, Access::REMOTE_WRITE)?;
+        let off = mr.offset(addr, src.len() as u64)?;
+        mr.bytes.write(off, src);
+        Ok(())
+    }
+    fn atomic_remote(&self, pd: u32, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
+        let mr = self.remote(pd, rkey, Access::REMOTE_ATOMIC)?;
+        let off = mr.offset(addr, 8)?;
+        let word = mr.bytes.word(off).ok_or(MemError::Misaligned)?;
+        Ok(match op {
+            AtomicOp::CompareSwap { compare, swap } => {
+                word.compare_exchange(compare, swap, Relaxed, Relaxed).unwrap_or_else(|v| v)
+            }
+            AtomicOp::FetchAdd { add } => word.fetch_add(add, Relaxed),
+        })
+    }
+    fn invalidate_remote(&self, pd: u32, rkey: u32) -> Result<(), MemError> {
+        let mr = self.by_rkey.get(&rkey).ok_or(MemError::InvalidKey)?;
+        if mr.pd != pd {
+            return Err(MemError::PdMismatch);
+        }
+        if !mr.remote_invalidate {
+            return Err(MemError::AccessDenied);
+        }
+        mr.rkey_valid.store(false, Relaxed);
+        Ok(())
+    }
+}
+
+/// A registered memory region (`ibv_mr`). Dropping it deregisters it.
+pub struct MemoryRegion {
+    pub(crate) inner: Arc<MrInner>,
+    pub(crate) device: Arc<super::device::DeviceShared>,
+}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("addr", &format_args!("{:#x}", self.inner.addr))
+            .field("len", &self.inner.bytes.len())
+            .field("lkey", &format_args!("{:#x}", self.inner.lkey))
+            .field("rkey", &format_args!("{:#x}", self.inner.rkey))
+            .field("access", &self.inner.access)
+            .finish()
+    }
+}
+
+/// Why an access through a [`MemoryRegion`] handle was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("offset {offset} + length {len} is outside the region of {size} bytes")]
+pub struct OutOfRegion {
+    /// Requested offset.
+    pub offset: usize,
+    /// Requested length.
+    pub len: usize,
+    /// Region size.
+    pub size: usize,
+}
+
+impl MemoryRegion {
+    /// The address to use in scatter/gather entries and to give a peer (the region's first
+    /// byte).
+    pub fn addr(&self) -> u64 {
+        self.inner.addr
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.inner.bytes.len()
+    }
+    /// True for an empty region.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Local key, for scatter/gather entries.
+    pub fn lkey(&self) -> u32 {
+        self.inner.lkey
+    }
+    /// Remote key, for peers (0 when the region grants no remote access).
+    pub fn rkey(&self) -> u32 {
+        self.inner.rkey
+    }
+    /// Access rights.
+    pub fn access(&self) -> Access {
+        self.inner.access
+    }
+    /// A scatter/gather entry for `len` bytes at `offset`.
+    pub fn sge(&self, offset: usize, len: u32) -> crate::transport::Sge {
+        crate::transport::Sge { addr: self.inner.addr + offset as u64, length: len, lkey: self.inner.lkey }
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<(), OutOfRegion> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(OutOfRegion { offset, len, size: self.len() }),
+        }
+    }
+
+    /// Copies `dst.len()` bytes at `offset` out of the region.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), OutOfRegion> {
+        self.check(offset, dst.len())?;
+        self.inner.bytes.read(offset, dst);
+        Ok(())
+    }
+    /// Copies `src` into the region at `offset`.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), OutOfRegion> {
+        self.check(offset, src.len())?;
+        self.inner.bytes.write(offset, src);
+        Ok(())
+    }
+    /// Sets `len` bytes at `offset` to `byte`.
+    pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), OutOfRegion> {
+        self.check(offset, len)?;
+        self.inner.bytes.fill(offset, len, byte);
+        Ok(())
+    }
+    /// Copies the whole region into a vector.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0; self.len()];
+        self.inner.bytes.read(0, &mut v);
+        v
+    }
+    /// Reads one byte (e.g. the flag byte a latency test polls).
+    pub fn load_u8(&self, offset: usize) -> Result<u8, OutOfRegion> {
+        let mut b = [0u8];
+        self.read(offset, &mut b)?;
+        Ok(b[0])
+    }
+    /// The 8-byte word at `offset` (a multiple of 8) as an atomic: RDMA atomics from peers
+    /// operate on the same word.
+    pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, OutOfRegion> {
+        self.inner.bytes.word(offset).ok_or(OutOfRegion { offset, len: 8, size: self.len() })
+    }
+
+    /// The region as a plain slice, for zero-copy reads.
+    ///
+    /// # Safety
+    /// Nothing may write the region while the slice lives: no peer holding the rkey may
+    /// issue RDMA WRITE or atomics, and no posted receive or RDMA READ may target it.
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        // SAFETY: the caller guarantees no concurrent writer; the bytes are initialised and
+        // valid for `len()` bytes.
+        unsafe { std::slice::from_raw_parts(self.inner.bytes.as_ptr(), self.len()) }
+    }
+
+    /// The region as a plain mutable slice, for zero-copy writes.
+    ///
+    /// # Safety
+    /// Nothing else may access the region while the slice lives: no peer RDMA READ, WRITE or
+    /// atomic, no posted work request using it, and no other slice or handle access.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn as_mut_slice(&self) -> &mut [u8] {
+        // SAFETY: the caller guarantees exclusive access for the slice's lifetime.
+        unsafe { std::slice::from_raw_parts_mut(self.inner.bytes.as_ptr(), self.len()) }
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        self.device.mrs.write().remove(self.inner.lkey);
+    }
+}
+
+pub(crate) fn new_owned_bytes(len: usize) -> AtomicBytes {
+    AtomicBytes::owned(len)
+}
+
+/// # Safety
+/// See [`super::ProtectionDomain::register_raw`].
+pub(crate) unsafe fn new_borrowed_bytes(ptr: *mut u8, len: usize) -> AtomicBytes {
+    // SAFETY: forwarded from the caller.
+    unsafe { AtomicBytes::borrowed(ptr, len) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unaligned_reads_and_writes() {
+        let b = AtomicBytes::owned(37);
+        let data: Vec<u8> = (0..37).collect();
+        b.write(0, &data);
+        for off in 0..37 {
+            for len in 0..(37 - off) {
+                let mut out = vec![0; len];
+                b.read(off, &mut out);
+                assert_eq!(out, &data[off..off + len]);
+            }
+        }
+        b.write(3, &[0xaa; 11]);
+        let mut out = vec![0; 37];
+        b.read(0, &mut out);
+        assert_eq!(&out[..3], &data[..3]);
+        assert_eq!(&out[3..14], &[0xaa; 11]);
+        assert_eq!(&out[14..], &data[14..]);
+    }
+
+    #[test]
+    fn borrowed_tail() {
+        let mut backing = vec![0u64; 3];
+        let ptr = backing.as_mut_ptr() as *mut u8;
+        // SAFETY: 8-aligned, 21 valid bytes, accessed only through `b` in this test.
+        let b = unsafe { AtomicBytes::borrowed(ptr, 21) };
+        let data: Vec<u8> = (100..121).collect();
+        b.write(0, &data);
+        let mut out = vec![0; 21];
+        b.read(0, &mut out);
+        assert_eq!(out, data);
+        b.write(15, &[1, 2, 3, 4, 5, 6]);
+        b.read(14, &mut out[..7]);
+        assert_eq!(&out[..7], &[114, 1, 2, 3, 4, 5, 6]);
+        assert!(b.word(16).is_none(), "the tail has no whole word");
+        assert!(b.word(8).is_some());
+    }
+
+    #[test]
+    fn concurrent_partial_writes_keep_neighbours() {
+        let b = Arc::new(AtomicBytes::owned(8));
+        let t: Vec<_> = (0..8u8)
+            .map(|i| {
+                let b = b.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..10_000 {
+                        b.write(i as usize, &[i + 1]);
+                    }
+                })
+            })
+            .collect();
+        t.into_iter().for_each(|h| h.join().unwrap());
+        let mut out = [0u8; 8];
+        b.read(0, &mut out);
+        assert_eq!(out, [1, 2, 3, 4, 5, 6, 7, 8]);
+    }
+}

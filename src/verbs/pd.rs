@@ -1,0 +1,85 @@
+//! Protection domains: memory regions and queue pairs of one PD can only reach each other.
+
+use super::device::Device;
+use super::error::{Error, Result};
+use super::mr::{MemoryRegion, new_borrowed_bytes, new_owned_bytes};
+use super::qp::{QpInitAttr, QueuePair};
+use crate::transport::Access;
+
+/// A protection domain (`ibv_pd`).
+#[derive(Debug)]
+pub struct ProtectionDomain {
+    pub(crate) id: u32,
+    pub(crate) device: Device,
+}
+
+impl ProtectionDomain {
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn check_mr_limit(&self) -> Result<()> {
+        let max = self.device.shared.attr.max_mr;
+        if self.device.shared.mrs.read().len() >= max as usize {
+            return Err(Error::Limit { what: "max_mr", max: max as u64 });
+        }
+        Ok(())
+    }
+
+    /// Allocates and registers a zeroed region of `len` bytes that the library owns (see the
+    /// memory model in [`super::mr`]).
+    pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
+        self.check_mr_limit()?;
+        let bytes = new_owned_bytes(len);
+        let mut table = self.device.shared.mrs.write();
+        // The region's address is where its bytes live, as with ibverbs.
+        let addr = 0x1000u64.max(bytes_addr(&bytes));
+        let inner = table.insert(self.id, addr, access, bytes, false);
+        drop(table);
+        Ok(MemoryRegion { inner, device: self.device.shared.clone() })
+    }
+
+    /// Like [`ProtectionDomain::alloc_mr`], and a peer's SEND with invalidate may invalidate
+    /// the region's rkey (for protocols that hand out one-shot rkeys).
+    pub fn alloc_mr_remote_invalidate(&self, len: usize, access: Access) -> Result<MemoryRegion> {
+        self.check_mr_limit()?;
+        let bytes = new_owned_bytes(len);
+        let addr = 0x1000u64.max(bytes_addr(&bytes));
+        let inner = self.device.shared.mrs.write().insert(self.id, addr, access, bytes, true);
+        Ok(MemoryRegion { inner, device: self.device.shared.clone() })
+    }
+
+    /// Registers memory the caller owns, for zero-copy use.
+    ///
+    /// # Safety
+    /// `ptr` must be 8-byte aligned and valid for reads and writes of `len` bytes until the
+    /// returned region is dropped, and while it is registered the memory must only be
+    /// accessed through the region (its atomic accessors) or not at all: the engine and remote
+    /// peers write it from another thread at any time.
+    pub unsafe fn register_raw(&self, ptr: *mut u8, len: usize, access: Access) -> Result<MemoryRegion> {
+        if !(ptr as usize).is_multiple_of(8) {
+            return Err(Error::InvalidArgument("register_raw needs an 8-byte aligned pointer"));
+        }
+        self.check_mr_limit()?;
+        // SAFETY: forwarded from this function's contract.
+        let bytes = unsafe { new_borrowed_bytes(ptr, len) };
+        let inner = self.device.shared.mrs.write().insert(self.id, ptr as u64, access, bytes, false);
+        Ok(MemoryRegion { inner, device: self.device.shared.clone() })
+    }
+
+    /// `ibv_create_qp`.
+    pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<QueuePair> {
+        QueuePair::create(self, init)
+    }
+}
+
+fn bytes_addr(b: &super::mr::AtomicBytes) -> u64 {
+    b.addr()
+}
+
+impl Drop for ProtectionDomain {
+    fn drop(&mut self) {
+        self.device.shared.pd_count.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,461 @@
+//! Queue pairs (`ibv_qp`): creation, `modify_qp`, `query_qp` and posting.
+//!
+//! Posting validates the work request on the caller's thread — state, queue depth, SGE
+//! keys, bounds and protection domain, operation — so every misuse is a typed error at once,
+//! then hands it to the engine through a lock-free queue.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+use crossbeam::queue::ArrayQueue;
+
+use super::cq::{CompletionQueue, CqShared};
+use super::device::Device;
+use super::engine::Command;
+use super::error::{Error, Result};
+use super::gid::Gid;
+use super::pd::ProtectionDomain;
+use crate::transport::{
+    Access, MemError, Mtu, Payload, PostError, QpAttr, QpAttrUpdate, QpCaps, QpState, QpType, RecvWr, SendWr,
+};
+use crate::wire::Psn;
+
+/// Creation attributes (`ibv_qp_init_attr`).
+#[derive(Debug, Clone, Copy)]
+pub struct QpInitAttr<'a> {
+    /// Transport type.
+    pub qp_type: QpType,
+    /// CQ for send completions.
+    pub send_cq: &'a CompletionQueue,
+    /// CQ for receive completions.
+    pub recv_cq: &'a CompletionQueue,
+    /// Queue capacities.
+    pub cap: QpCaps,
+    /// Generate a completion for every send work request, signaled or not.
+    pub sq_sig_all: bool,
+}
+
+impl<'a> QpInitAttr<'a> {
+    /// An RC QP with default capacities on the given CQs.
+    pub fn rc(send_cq: &'a CompletionQueue, recv_cq: &'a CompletionQueue) -> QpInitAttr<'a> {
+        QpInitAttr { qp_type: QpType::Rc, send_cq, recv_cq, cap: QpCaps::default(), sq_sig_all: false }
+    }
+}
+
+/// Where a connected QP sends (`ibv_ah_attr` with its GRH).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressVector {
+    /// Destination GID (the peer's IP address as a GID).
+    pub dgid: Gid,
+    /// Index of the source GID in this device's table.
+    pub sgid_index: u8,
+    /// Hop limit / TTL.
+    pub hop_limit: u8,
+    /// Traffic class (DSCP << 2 | ECN).
+    pub traffic_class: u8,
+    /// Flow label; 0 lets the UDP source port derive from the QP numbers, as rxe does.
+    pub flow_label: u32,
+    /// Service level (carried for completeness; RoCEv2 has no SL on the wire).
+    pub sl: u8,
+}
+
+impl AddressVector {
+    /// An address vector to `dgid` from source GID `sgid_index`, hop limit 64.
+    pub fn new(dgid: Gid, sgid_index: u8) -> AddressVector {
+        AddressVector { dgid, sgid_index, hop_limit: 64, traffic_class: 0, flow_label: 0, sl: 0 }
+    }
+}
+
+/// The attributes of a `modify_qp` call (`ibv_qp_attr` with its mask: `None` = not in the
+/// mask).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpAttrs {
+    /// `IBV_QP_STATE`.
+    pub state: Option<QpState>,
+    /// `IBV_QP_ACCESS_FLAGS`.
+    pub access: Option<Access>,
+    /// `IBV_QP_PATH_MTU`.
+    pub path_mtu: Option<Mtu>,
+    /// `IBV_QP_DEST_QPN`.
+    pub dest_qpn: Option<u32>,
+    /// `IBV_QP_RQ_PSN`.
+    pub rq_psn: Option<u32>,
+    /// `IBV_QP_SQ_PSN`.
+    pub sq_psn: Option<u32>,
+    /// `IBV_QP_MAX_QP_RD_ATOMIC`.
+    pub max_rd_atomic: Option<u8>,
+    /// `IBV_QP_MAX_DEST_RD_ATOMIC`.
+    pub max_dest_rd_atomic: Option<u8>,
+    /// `IBV_QP_MIN_RNR_TIMER`.
+    pub min_rnr_timer: Option<u8>,
+    /// `IBV_QP_TIMEOUT`.
+    pub timeout: Option<u8>,
+    /// `IBV_QP_RETRY_CNT`.
+    pub retry_cnt: Option<u8>,
+    /// `IBV_QP_RNR_RETRY`.
+    pub rnr_retry: Option<u8>,
+    /// `IBV_QP_QKEY`.
+    pub qkey: Option<u32>,
+    /// `IBV_QP_PKEY_INDEX` (only index 0 exists).
+    pub pkey_index: Option<u16>,
+    /// `IBV_QP_PORT` (only port 1 exists).
+    pub port_num: Option<u8>,
+    /// `IBV_QP_AV`.
+    pub av: Option<AddressVector>,
+}
+
+impl QpAttrs {
+    /// RESET → INIT for a connected QP with the given remote access rights.
+    pub fn init(access: Access) -> QpAttrs {
+        QpAttrs {
+            state: Some(QpState::Init),
+            access: Some(access),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            ..QpAttrs::default()
+        }
+    }
+    /// RESET → INIT for a UD QP with its Q_Key.
+    pub fn init_ud(qkey: u32) -> QpAttrs {
+        QpAttrs {
+            state: Some(QpState::Init),
+            qkey: Some(qkey),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            ..QpAttrs::default()
+        }
+    }
+    /// INIT → RTR for an RC QP: the peer, the path MTU, the PSN the peer starts at, and
+    /// the responder's resources (READ/atomic depth 16, RNR timer 12 = 0.64 ms, as perftest).
+    pub fn rtr(av: AddressVector, path_mtu: Mtu, dest_qpn: u32, rq_psn: u32) -> QpAttrs {
+        QpAttrs {
+            state: Some(QpState::Rtr),
+            av: Some(av),
+            path_mtu: Some(path_mtu),
+            dest_qpn: Some(dest_qpn),
+            rq_psn: Some(rq_psn),
+            max_dest_rd_atomic: Some(16),
+            min_rnr_timer: Some(12),
+            ..QpAttrs::default()
+        }
+    }
+    /// RTR → RTS for an RC QP: timeout 14 (67 ms), 7 retries, infinite RNR retries,
+    /// READ/atomic depth 16.
+    pub fn rts(sq_psn: u32) -> QpAttrs {
+        QpAttrs {
+            state: Some(QpState::Rts),
+            sq_psn: Some(sq_psn),
+            timeout: Some(14),
+            retry_cnt: Some(7),
+            rnr_retry: Some(7),
+            max_rd_atomic: Some(16),
+            ..QpAttrs::default()
+        }
+    }
+    /// Any state → ERR.
+    pub fn error() -> QpAttrs {
+        QpAttrs { state: Some(QpState::Err), ..QpAttrs::default() }
+    }
+
+    /// The transport's view of the same call.
+    pub(crate) fn to_update(self) -> QpAttrUpdate {
+        QpAttrUpdate {
+            state: self.state,
+            access: self.access,
+            path_mtu: self.path_mtu,
+            dest_qpn: self.dest_qpn,
+            rq_psn: self.rq_psn.map(Psn::new),
+            sq_psn: self.sq_psn.map(Psn::new),
+            max_rd_atomic: self.max_rd_atomic,
+            max_dest_rd_atomic: self.max_dest_rd_atomic,
+            min_rnr_timer: self.min_rnr_timer,
+            timeout: self.timeout,
+            retry_cnt: self.retry_cnt,
+            rnr_retry: self.rnr_retry,
+            qkey: self.qkey,
+            av: self.av.is_some(),
+            port: self.port_num.is_some(),
+            pkey_index: self.pkey_index.is_some(),
+        }
+    }
+}
+
+/// What `query_qp` reports.
+#[derive(Debug, Clone)]
+pub struct QpInfo {
+    /// State.
+    pub state: QpState,
+    /// Transport attributes.
+    pub attr: QpAttr,
+    /// Address vector (connected QPs after RTR).
+    pub av: Option<AddressVector>,
+    /// Capacities.
+    pub cap: QpCaps,
+    /// The next PSN the QP will send.
+    pub sq_psn: u32,
+    /// The PSN it expects next.
+    pub rq_psn: u32,
+    /// Its counters.
+    pub counters: crate::transport::Counters,
+}
+
+pub(crate) fn state_to_u8(s: QpState) -> u8 {
+    match s {
+        QpState::Reset => 0,
+        QpState::Init => 1,
+        QpState::Rtr => 2,
+        QpState::Rts => 3,
+        QpState::Sqd => 4,
+        QpState::Sqe => 5,
+        QpState::Err => 6,
+    }
+}
+
+fn u8_to_state(v: u8) -> QpState {
+    [QpState::Reset, QpState::Init, QpState::Rtr, QpState::Rts, QpState::Sqd, QpState::Sqe, QpState::Err]
+        .get(v as usize)
+        .copied()
+        .unwrap_or(QpState::Err)
+}
+
+/// What a QP handle shares with the engine.
+pub(crate) struct QpShared {
+    pub qpn: u32,
+    pub qp_type: QpType,
+    pub pd: u32,
+    pub caps: QpCaps,
+    pub sq_sig_all: bool,
+    /// The state as the engine last published it.
+    pub state: AtomicU8,
+    pub path_mtu: AtomicU8,
+    /// Send work requests posted and not yet finished.
+    pub send_outstanding: AtomicUsize,
+    /// Receive work requests posted and not yet completed.
+    pub recv_outstanding: AtomicUsize,
+    pub send_wrq: ArrayQueue<SendWr>,
+    pub recv_wrq: ArrayQueue<RecvWr>,
+    /// Queued for the engine's attention.
+    pub scheduled: std::sync::atomic::AtomicBool,
+}
+
+impl QpShared {
+    pub(crate) fn set_state(&self, s: QpState) {
+        self.state.store(state_to_u8(s), Ordering::SeqCst);
+    }
+}
+
+/// A queue pair. Dropping it destroys it.
+pub struct QueuePair {
+    pub(crate) shared: Arc<QpShared>,
+    device: Device,
+    _cqs: (Arc<CqShared>, Arc<CqShared>),
+}
+
+impl std::fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuePair").field("qpn", &format_args!("{:#x}", self.shared.qpn)).finish()
+    }
+}
+
+impl QueuePair {
+    pub(crate) fn create(pd: &ProtectionDomain, init: &QpInitAttr<'_>) -> Result<QueuePair> {
+        let dev = &pd.device;
+        let attr = &dev.shared.attr;
+        let c = init.cap;
+        let limit = |v: u32, max: u32, what: &'static str| {
+            if v > max { Err(Error::Limit { what, max: max as u64 }) } else { Ok(()) }
+        };
+        limit(c.max_send_wr, attr.max_qp_wr, "max_qp_wr")?;
+        limit(c.max_recv_wr, attr.max_qp_wr, "max_qp_wr")?;
+        limit(c.max_send_sge, attr.max_sge, "max_sge")?;
+        limit(c.max_recv_sge, attr.max_sge, "max_sge")?;
+        limit(c.max_inline_data, attr.max_inline_data, "max_inline_data")?;
+        if c.max_send_wr == 0 && c.max_recv_wr == 0 {
+            return Err(Error::InvalidArgument("a QP needs a send or a receive queue"));
+        }
+        let n = dev.shared.qp_count.fetch_add(1, Ordering::Relaxed);
+        if n >= attr.max_qp {
+            dev.shared.qp_count.fetch_sub(1, Ordering::Relaxed);
+            return Err(Error::Limit { what: "max_qp", max: attr.max_qp as u64 });
+        }
+        // QP numbers start at 0x11 and count up, as on a fresh rxe device.
+        let qpn = 0x11 + dev.shared.next_qpn.fetch_add(1, Ordering::Relaxed) % 0xff_ffe0;
+        let shared = Arc::new(QpShared {
+            qpn,
+            qp_type: init.qp_type,
+            pd: pd.id,
+            caps: c,
+            sq_sig_all: init.sq_sig_all,
+            state: AtomicU8::new(0),
+            path_mtu: AtomicU8::new(Mtu::Mtu256 as u8),
+            send_outstanding: AtomicUsize::new(0),
+            recv_outstanding: AtomicUsize::new(0),
+            send_wrq: ArrayQueue::new(c.max_send_wr.max(1) as usize),
+            recv_wrq: ArrayQueue::new(c.max_recv_wr.max(1) as usize),
+            scheduled: std::sync::atomic::AtomicBool::new(false),
+        });
+        let cqs = (init.send_cq.shared.clone(), init.recv_cq.shared.clone());
+        dev.shared.call(|reply| Command::CreateQp {
+            shared: shared.clone(),
+            send_cq: cqs.0.clone(),
+            recv_cq: cqs.1.clone(),
+            reply,
+        })?;
+        Ok(QueuePair { shared, device: dev.clone(), _cqs: cqs })
+    }
+
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.shared.qpn
+    }
+    /// The transport type.
+    pub fn qp_type(&self) -> QpType {
+        self.shared.qp_type
+    }
+    /// The state as last published by the engine.
+    pub fn state(&self) -> QpState {
+        u8_to_state(self.shared.state.load(Ordering::SeqCst))
+    }
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// `ibv_modify_qp`.
+    pub fn modify(&self, attrs: &QpAttrs) -> Result<()> {
+        if let Some(p) = attrs.port_num
+            && p != 1
+        {
+            return Err(Error::InvalidArgument("port_num must be 1"));
+        }
+        if let Some(k) = attrs.pkey_index
+            && k != 0
+        {
+            return Err(Error::InvalidArgument("pkey_index must be 0 (the P_Key table has one entry)"));
+        }
+        if let Some(av) = attrs.av {
+            let sgid = self.device.gid(av.sgid_index)?;
+            if av.dgid.is_zero() || av.dgid.to_ip().is_ipv4() != sgid.to_ip().is_ipv4() {
+                return Err(Error::Unreachable(av.dgid));
+            }
+            if sgid.to_ip() != self.device.ip() {
+                return Err(Error::InvalidArgument(
+                    "the source GID must be the device's address (GID index of its IP: see devinfo)",
+                ));
+            }
+        }
+        let qpn = self.shared.qpn;
+        let attrs = *attrs;
+        self.device.shared.call(|reply| Command::ModifyQp { qpn, attrs, reply })?
+    }
+
+    /// `ibv_query_qp`.
+    pub fn query(&self) -> Result<QpInfo> {
+        let qpn = self.shared.qpn;
+        self.device.shared.call(|reply| Command::QueryQp { qpn, reply })?.ok_or(Error::NoSuchQp(qpn))
+    }
+
+    fn check_sges(&self, sges: &[crate::transport::Sge], need_write: bool) -> Result<()> {
+        let table = self.device.shared.mrs.read();
+        for s in sges {
+            let mr = match table.local(self.shared.pd, s.lkey) {
+                Ok(mr) => mr,
+                Err(MemError::PdMismatch) => return Err(Error::PdMismatch(s.lkey)),
+                Err(_) => return Err(Error::BadLkey(s.lkey)),
+            };
+            let inside = s
+                .addr
+                .checked_sub(mr.addr)
+                .and_then(|o| o.checked_add(s.length as u64))
+                .is_some_and(|end| end <= mr.bytes.len() as u64);
+            if !inside {
+                return Err(Error::SgeOutOfRegion { addr: s.addr, len: s.length, lkey: s.lkey });
+            }
+            if need_write && !mr.access.contains(Access::LOCAL_WRITE) {
+                return Err(Error::NotLocalWrite(s.lkey));
+            }
+        }
+        Ok(())
+    }
+
+    /// `ibv_post_send` for one work request.
+    pub fn post_send(&self, mut wr: SendWr) -> Result<()> {
+        let s = &self.shared;
+        let state = self.state();
+        if !matches!(state, QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err) {
+            return Err(PostError::InvalidState(state).into());
+        }
+        let mtu = Mtu::from_ibv(s.path_mtu.load(Ordering::Relaxed) as u32).unwrap_or(Mtu::Mtu256);
+        crate::transport::check_send_wr(s.qp_type, &s.caps, mtu, &wr)?;
+        if let Payload::Sges(sg) = &wr.payload {
+            self.check_sges(sg, wr.op.is_read_or_atomic())?;
+        }
+        if s.sq_sig_all {
+            wr.signaled = true;
+        }
+        // Reserve a slot: posted and not yet finished must stay within the queue depth.
+        let max = s.caps.max_send_wr as usize;
+        if s.send_outstanding
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
+            .is_err()
+        {
+            return Err(PostError::QueueFull.into());
+        }
+        if s.send_wrq.push(wr).is_err() {
+            s.send_outstanding.fetch_sub(1, Ordering::SeqCst);
+            return Err(PostError::QueueFull.into());
+        }
+        self.schedule();
+        Ok(())
+    }
+
+    /// Posts several send work requests in order; stops at the first refused one and returns
+    /// its index with the error (the `bad_wr` of ibverbs).
+    pub fn post_send_list(
+        &self,
+        wrs: impl IntoIterator<Item = SendWr>,
+    ) -> std::result::Result<(), (usize, Error)> {
+        for (i, wr) in wrs.into_iter().enumerate() {
+            self.post_send(wr).map_err(|e| (i, e))?;
+        }
+        Ok(())
+    }
+
+    /// `ibv_post_recv` for one work request.
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        let s = &self.shared;
+        let state = self.state();
+        if state == QpState::Reset {
+            return Err(PostError::InvalidState(state).into());
+        }
+        crate::transport::Qp::check_recv_wr(&s.caps, &wr)?;
+        self.check_sges(&wr.sg_list, true)?;
+        let max = s.caps.max_recv_wr as usize;
+        if s.recv_outstanding
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
+            .is_err()
+        {
+            return Err(PostError::QueueFull.into());
+        }
+        if s.recv_wrq.push(wr).is_err() {
+            s.recv_outstanding.fetch_sub(1, Ordering::SeqCst);
+            return Err(PostError::QueueFull.into());
+        }
+        self.schedule();
+        Ok(())
+    }
+
+    fn schedule(&self) {
+        if !self.shared.scheduled.swap(true, Ordering::SeqCst) {
+            self.device.shared.schedule(self.shared.qpn);
+        }
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        let qpn = self.shared.qpn;
+        let _ = self.device.shared.call(|reply| Command::DestroyQp { qpn, reply });
+        self.device.shared.qp_count.fetch_sub(1, Ordering::Relaxed);
+    }
+}
