@@ -803,3 +803,30 @@ fn sq_drain_raises_its_event() {
     d.a.modify(&QpAttrUpdate { state: Some(QpState::Rts), ..Default::default() }).unwrap();
     assert_eq!(d.tx_a().len(), 1);
 }
+
+/// Regression (found by the loss grid after READ-restart change, seed 1003): a cumulative ACK
+/// delayed past a go-back-N rewind acknowledges packets the requester is about to resend. It
+/// must complete the message and move the requester past it, not close its window forever.
+#[test]
+fn late_ack_after_a_rewind_completes_and_skips_ahead() {
+    let mut d = duo();
+    d.a.post_send(SendWr::new(1, SendOp::RdmaWrite(Duo::remote(0)), &[Duo::sge(0, 3000)])).unwrap();
+    let req = d.tx_a();
+    assert_eq!(req.len(), 3);
+    d.deliver_b(&req);
+    let ack = d.tx_b(); // held back
+    // A one-packet window, so that the rewind has resent only the first packet when the ACK
+    // arrives.
+    d.a.set_tuning(QpTuning { max_unacked_psns: 1, ..d.a.tuning() });
+    d.advance(RTO);
+    let again = d.tx_a();
+    assert_eq!(again.len(), 1);
+    d.deliver_a(&ack); // the late ACK for the whole message
+    assert_eq!(d.a_send.len(), 1);
+    assert_eq!(d.a_send[0].status, WcStatus::Success);
+    assert!(d.tx_a().is_empty(), "nothing left to resend");
+    d.a.post_send(SendWr::new(2, SendOp::RdmaWrite(Duo::remote(0)), &[Duo::sge(0, 10)])).unwrap();
+    d.run(Duration::from_secs(1));
+    assert_eq!(d.a_send.len(), 2);
+    assert_eq!(d.a.state(), QpState::Rts);
+}

@@ -2,3 +2,5 @@
 
 pub mod capture;
 pub mod dump;
+pub mod oob;
+pub mod report;

@@ -32,6 +32,13 @@ enum CompSt {
 }
 
 impl Qp {
+    /// Every packet of the WQE went out at least once: a cumulative ACK may complete it, even
+    /// if a go-back-N rewind has put it back to resending (state `Processing`).
+    fn fully_sent(&self, w: &super::qp::SendWqe) -> bool {
+        w.state == WqeState::Pending
+            || (w.state == WqeState::Processing && w.last_psn.is_before(self.req.max_psn))
+    }
+
     fn reset_retry_counters(&mut self) {
         self.comp.retry_cnt = self.attr.retry_cnt;
         self.comp.rnr_retry = self.attr.rnr_retry;
@@ -106,10 +113,11 @@ impl Qp {
                     let p = pkt.expect("CheckPsn has a packet");
                     let psn = p.bth().psn();
                     let w = self.sq.front().expect("CheckPsn has a WQE");
+                    let sent = self.fully_sent(w);
                     if psn.is_after(w.last_psn) {
                         // A response beyond this WQE: it implicitly acknowledges a SEND/WRITE,
                         // and proves a READ/atomic response lost (implied NAK).
-                        if w.state == WqeState::Pending {
+                        if sent {
                             if w.wr.op.is_read_or_atomic() {
                                 CompSt::ErrorRetry
                             } else {
@@ -120,7 +128,7 @@ impl Qp {
                             CompSt::Done
                         }
                     } else if psn.is_before(self.comp.psn) {
-                        if psn == w.last_psn && w.state == WqeState::Pending && !w.wr.op.is_read_or_atomic() {
+                        if psn == w.last_psn && sent && !w.wr.op.is_read_or_atomic() {
                             CompSt::CompAck
                         } else {
                             CompSt::Done
@@ -149,7 +157,7 @@ impl Qp {
                         // and no original value): it proves their response lost, as an
                         // implied NAK. (rxe completes the WQE here, without its data.)
                         CompSt::ErrorRetry
-                    } else if w.state == WqeState::Pending && psn == w.last_psn {
+                    } else if self.fully_sent(w) && psn == w.last_psn {
                         CompSt::CompAck
                     } else {
                         CompSt::UpdateComp
@@ -174,7 +182,10 @@ impl Qp {
                     dropped = false;
                     let w = self.sq.pop_front().expect("CompWqe has a WQE");
                     self.req.wqe_index = self.req.wqe_index.saturating_sub(1);
-                    if pkt.is_some() && w.state == WqeState::Pending && !w.last_psn.is_before(self.comp.psn) {
+                    if pkt.is_some()
+                        && matches!(w.state, WqeState::Pending | WqeState::Processing)
+                        && !w.last_psn.is_before(self.comp.psn)
+                    {
                         self.comp.psn = w.last_psn.next();
                         self.comp.opcode = None;
                     }
@@ -262,6 +273,11 @@ impl Qp {
         let timer_lapsed = timeout && self.retransmit_at.is_none() && !self.req.wait_rnr;
         if progressed || timer_lapsed {
             self.rearm_retransmit(now);
+        }
+        // After a rewind, a late cumulative ACK can acknowledge what the requester is about to
+        // resend: skip ahead to the first unacknowledged PSN (not counted as a retry).
+        if self.req.psn.is_before(self.comp.psn) && !self.req.need_retry {
+            self.req_retry();
         }
         self.retire_done();
     }

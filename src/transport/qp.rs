@@ -530,6 +530,41 @@ impl Qp {
     pub fn recv_queue_len(&self) -> usize {
         self.rq.len()
     }
+    /// A one-line summary of the internal state, for diagnostics.
+    pub fn debug_state(&self) -> String {
+        let head: Vec<String> = self
+            .sq
+            .iter()
+            .take(4)
+            .map(|w| {
+                format!(
+                    "{:?}/{:?}[{}..{}] sent={} read={}",
+                    w.wr.op, w.state, w.first_psn, w.last_psn, w.sent, w.read_done
+                )
+            })
+            .collect();
+        format!(
+            "state={:?} req.psn={} max_psn={} wqe_index={} rd_atomic={} need_retry={} wait_rnr={} error={} comp.psn={} comp.opcode={:?} retry={} started={} resp.psn={} resp.out={} timers={:?}/{:?} sq=[{}]",
+            self.state,
+            self.req.psn,
+            self.req.max_psn,
+            self.req.wqe_index,
+            self.req.rd_atomic,
+            self.req.need_retry,
+            self.req.wait_rnr,
+            self.req.error,
+            self.comp.psn,
+            self.comp.opcode,
+            self.comp.retry_cnt,
+            self.comp.started_retry,
+            self.resp.psn,
+            self.resp.out.len(),
+            self.retransmit_at,
+            self.rnr_at,
+            head.join(", ")
+        )
+    }
+
     /// Send work requests finished so far: completed, flushed, or retired without a
     /// completion (unsignaled). The engine uses it to free send queue slots.
     pub fn send_retired(&self) -> u64 {

@@ -89,7 +89,7 @@ impl Qp {
             return None;
         }
         // The window of unacknowledged PSNs.
-        if rc && self.req.psn.distance_from(self.comp.psn) >= self.tuning.max_unacked_psns {
+        if rc && self.req.psn.diff(self.comp.psn) >= self.tuning.max_unacked_psns as i32 {
             return None;
         }
 

@@ -487,16 +487,26 @@ impl Qp {
                     self.counters.rcvd_dropped += 1;
                     return;
                 }
-                // Already answering from this PSN or earlier: that answer covers it.
-                let covered = self.resp.out.iter().any(|r| {
-                    matches!(*r, Response::Read { psn: p, rkey: k, .. } if k == rkey && !psn.is_before(p) && p.distance_from(first_psn) < (length as u64).div_ceil(self.mtu()).max(1) as u32)
+                // A response stream for this READ still being sent: the requester missed a
+                // packet at `psn`, and what the stream sends past it would be dropped as out of
+                // order. Restart the stream there instead of queueing a second one (hardware
+                // does the same; rxe finishes the stream first and then replays).
+                let npkts = (length as u64).div_ceil(self.mtu()).max(1) as u32;
+                let first = psn == first_psn;
+                let in_flight = self.resp.out.iter_mut().find_map(|r| match r {
+                    Response::Read { psn: p, rkey: k, .. }
+                        if *k == rkey && p.distance_from(first_psn) < npkts =>
+                    {
+                        Some(r)
+                    }
+                    _ => None,
                 });
-                if covered {
-                    self.counters.rcvd_dropped += 1;
+                if let Some(r) = in_flight {
+                    self.counters.duplicate_read_replayed += 1;
+                    *r = Response::Read { psn, rkey, va, resid: len, first, msn };
                     return;
                 }
                 self.counters.duplicate_read_replayed += 1;
-                let first = psn == first_psn;
                 self.resp.out.push_back(Response::Read { psn, rkey, va, resid: len, first, msn });
             }
             Operation::CompareSwap | Operation::FetchAdd => {

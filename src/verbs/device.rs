@@ -44,6 +44,9 @@ pub struct DeviceConfig {
     pub spin: std::time::Duration,
     /// Device name (`softroce0` by default).
     pub name: Option<String>,
+    /// Send runs of equal-sized packets with UDP GSO (one system call for up to 64
+    /// packets). Without it, every packet is its own `sendmsg`.
+    pub gso: bool,
 }
 
 impl DeviceConfig {
@@ -55,6 +58,7 @@ impl DeviceConfig {
             port: ROCE_PORT,
             spin: std::time::Duration::from_micros(50),
             name: None,
+            gso: true,
         }
     }
     /// The same on an in-memory network.
@@ -346,7 +350,7 @@ impl Device {
         };
         let backend: Box<dyn super::backend::Backend> = match &cfg.backend {
             BackendKind::Udp => {
-                Box::new(super::backend::udp::UdpBackend::new(ip, cfg.port).map_err(|source| {
+                Box::new(super::backend::udp::UdpBackend::new(ip, cfg.port, cfg.gso).map_err(|source| {
                     Error::Bind { addr: std::net::SocketAddr::new(ip, cfg.port), source }
                 })?)
             }

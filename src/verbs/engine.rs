@@ -503,6 +503,8 @@ impl State {
                 .fetch_sub((retired - slot.send_retired_seen) as usize, Ordering::SeqCst);
             slot.send_retired_seen = retired;
         }
+        // The state is visible before the completions that report its change.
+        slot.shared.set_state(q.state());
         let mut overflow = false;
         while let Some(wc) = q.poll_send_completion() {
             overflow |= !slot.send_cq.push(wc);

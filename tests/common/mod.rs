@@ -42,3 +42,18 @@ pub const BAD_ICRC: &[(&str, usize)] = &[("host_gsi_probe.pcap", 1), ("host_gsi_
 pub mod duo;
 pub mod verbs;
 pub mod workload;
+
+/// Path of an example binary, built (or brought up to date) in the profile the tests use.
+/// A plain `cargo test` builds examples, a filtered one does not, and neither rebuilds one
+/// that is stale on its own, so ask cargo every time (it is quick when nothing changed).
+pub fn example(name: &str) -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_softroce"));
+    let dir = bin.parent().unwrap();
+    let mut c = std::process::Command::new(env!("CARGO"));
+    c.args(["build", "--quiet", "--example", name]).current_dir(env!("CARGO_MANIFEST_DIR"));
+    if dir.ends_with("release") {
+        c.arg("--release");
+    }
+    assert!(c.status().unwrap().success(), "cargo build --example {name}");
+    dir.join("examples").join(name)
+}

@@ -7,9 +7,10 @@ use softroce::verbs::*;
 
 /// A fresh loopback address per call (127.x.y.z), so parallel tests never share a port.
 pub fn loopback_ip() -> String {
-    static N: AtomicU32 = AtomicU32::new(1);
-    let n = N.fetch_add(1, Ordering::Relaxed) + (std::process::id() % 200) * 1000;
-    format!("127.{}.{}.{}", 10 + (n >> 16) % 200, (n >> 8) & 255, (n & 255).max(1))
+    static N: AtomicU32 = AtomicU32::new(0);
+    // Distinct per process (pid) and per call; a bijection onto 127.10-209.0-255.1-254.
+    let n = N.fetch_add(1, Ordering::Relaxed) + (std::process::id() % 40_000) * 256;
+    format!("127.{}.{}.{}", 10 + (n / (254 * 256)) % 200, (n / 254) % 256, n % 254 + 1)
 }
 
 /// One side: device, PD, CQ, QP and a buffer.

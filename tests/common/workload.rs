@@ -238,13 +238,15 @@ impl Workload {
                 }
                 if !p.step() {
                     panic!(
-                        "{ctx}: stalled at {:?} with {} posted, {} completed, sq {} state {:?} last {:?}",
+                        "{ctx}: stalled at {:?} with {} posted, {} completed, sq {} state {:?} last {:?}\nA: {}\nB: {}",
                         p.now,
                         next_send,
                         p.a.send_wcs.len(),
                         p.a.qps[0].send_queue_len(),
                         p.a.qps[0].state(),
-                        p.a.send_wcs.last()
+                        p.a.send_wcs.last(),
+                        p.a.qps[0].debug_state(),
+                        p.b.qps[0].debug_state()
                     );
                 }
             }

@@ -33,6 +33,7 @@ const BATCH: usize = 32;
 const SLOT: usize = 65536;
 
 pub(crate) struct UdpBackend {
+    gso: bool,
     ip: IpAddr,
     port: u16,
     sock: mio::net::UdpSocket,
@@ -54,7 +55,7 @@ fn bind(addr: SocketAddr) -> io::Result<socket2::Socket> {
 
 impl UdpBackend {
     /// Binds `<ip>:<port>`.
-    pub(crate) fn new(ip: IpAddr, port: u16) -> io::Result<UdpBackend> {
+    pub(crate) fn new(ip: IpAddr, port: u16, gso: bool) -> io::Result<UdpBackend> {
         let s = bind(SocketAddr::new(ip, port))?;
         s.set_nonblocking(true)?;
         // Bursts of a full window arrive back to back: ask for a large buffer (the kernel
@@ -64,6 +65,7 @@ impl UdpBackend {
         let state = UdpSocketState::new((&std_sock).into())?;
         let sock = mio::net::UdpSocket::from_std(std_sock);
         Ok(UdpBackend {
+            gso,
             ip,
             port,
             sock,
@@ -148,7 +150,7 @@ impl Backend for UdpBackend {
     }
 
     fn max_segments(&self) -> usize {
-        self.state.max_gso_segments().clamp(1, 64)
+        if self.gso { self.state.max_gso_segments().clamp(1, 64) } else { 1 }
     }
 
     fn gso_numbers_ip_id(&self) -> bool {

@@ -1,0 +1,231 @@
+//! The verbs API: typed errors for misuse, CQ overflow, error and flush, many QPs, every
+//! size up to 16 MiB at every PMTU, multi-SGE, unsignaled sends, and the full path over the
+//! in-memory network with loss.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::verbs::*;
+use softroce::transport::sim::LinkConfig;
+use softroce::verbs::*;
+
+fn dev() -> Device {
+    Device::open(DeviceConfig::new(loopback_ip())).unwrap()
+}
+
+#[test]
+fn misuse_is_a_typed_error() {
+    let d = dev();
+    assert!(matches!(d.gid(9), Err(Error::GidIndex { index: 9, len: 2 })));
+    assert!(matches!(Device::open(DeviceConfig::new("192.0.2.77")), Err(Error::NoSuchAddress(_))));
+    assert!(matches!(Device::open(DeviceConfig::new("nosuchif0")), Err(Error::NoSuchInterface(_))));
+    let pd = d.alloc_pd().unwrap();
+    let pd2 = d.alloc_pd().unwrap();
+    let cq = d.create_cq(16).unwrap();
+    assert!(matches!(d.create_cq(0), Err(Error::Limit { .. })));
+    let mut init = QpInitAttr::rc(&cq, &cq);
+    init.cap.max_send_sge = 1000;
+    assert!(matches!(pd.create_qp(&init), Err(Error::Limit { what: "max_sge", .. })));
+    let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq)).unwrap();
+    let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let other = pd2.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let ro = pd.alloc_mr(4096, Access::NONE).unwrap();
+    // Wrong state.
+    let e = qp.post_send(SendWr::new(1, SendOp::Send, &[mr.sge(0, 8)])).unwrap_err();
+    assert!(matches!(e, Error::Post(softroce::transport::PostError::InvalidState(QpState::Reset))), "{e}");
+    assert!(qp.post_recv(RecvWr::new(1, &[mr.sge(0, 8)])).is_err());
+    assert!(matches!(
+        qp.modify(&QpAttrs { state: Some(QpState::Rts), ..Default::default() }),
+        Err(Error::Modify(_))
+    ));
+    qp.modify(&QpAttrs::init(Access::ALL)).unwrap();
+    // Bad SGEs.
+    let bad = Sge { addr: mr.addr(), length: 8, lkey: 0xdead_beef };
+    assert!(matches!(qp.post_recv(RecvWr::new(1, &[bad])), Err(Error::BadLkey(0xdead_beef))));
+    assert!(matches!(qp.post_recv(RecvWr::new(1, &[other.sge(0, 8)])), Err(Error::PdMismatch(_))));
+    assert!(matches!(qp.post_recv(RecvWr::new(1, &[mr.sge(4000, 200)])), Err(Error::SgeOutOfRegion { .. })));
+    assert!(matches!(qp.post_recv(RecvWr::new(1, &[ro.sge(0, 8)])), Err(Error::NotLocalWrite(_))));
+    // Queue full.
+    for i in 0..128 {
+        qp.post_recv(RecvWr::new(i, &[mr.sge(0, 8)])).unwrap();
+    }
+    assert!(matches!(
+        qp.post_recv(RecvWr::new(1, &[mr.sge(0, 8)])),
+        Err(Error::Post(softroce::transport::PostError::QueueFull))
+    ));
+    // Address vectors.
+    let av = AddressVector::new(Gid::from_ip("::1".parse().unwrap()), 1);
+    assert!(matches!(qp.modify(&QpAttrs::rtr(av, Mtu::Mtu1024, 0x12, 0)), Err(Error::Unreachable(_))));
+    let av = AddressVector::new(Gid::from_ip("127.0.0.1".parse().unwrap()), 7);
+    assert!(matches!(qp.modify(&QpAttrs::rtr(av, Mtu::Mtu1024, 0x12, 0)), Err(Error::GidIndex { .. })));
+    // Region access through the handle.
+    assert!(mr.write(4090, &[0; 10]).is_err());
+    assert!(mr.atomic_u64(3).is_err());
+}
+
+#[test]
+fn cq_overflow_is_a_cq_error_and_stops_the_qp() {
+    let d1 = dev();
+    let d2 = dev();
+    let caps = QpCaps { max_send_wr: 64, max_recv_wr: 64, ..QpCaps::default() };
+    let a = Side::new(d1, 4096, caps);
+    let b = Side::new(d2.clone(), 4096, caps);
+    // B's receive CQ holds 4 completions.
+    let small = d2.create_cq(4).unwrap();
+    let mut init = QpInitAttr::rc(&small, &small);
+    init.cap = caps;
+    let bq = b.pd.create_qp(&init).unwrap();
+    let b = Side { qp: bq, ..b };
+    connect(&a, &b, Mtu::Mtu1024);
+    for i in 0..10 {
+        b.qp.post_recv(RecvWr::new(i, &[b.mr.sge(0, 64)])).unwrap();
+    }
+    for i in 0..10 {
+        a.qp.post_send(SendWr::new(i, SendOp::Send, &[a.mr.sge(0, 8)])).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 16];
+    assert_eq!(small.poll(&mut wcs).unwrap(), 4);
+    assert!(matches!(small.poll(&mut wcs), Err(Error::CqOverflow)));
+    assert_eq!(b.qp.state(), QpState::Err);
+    let ev: Vec<AsyncEvent> = std::iter::from_fn(|| d2.poll_async_event()).collect();
+    assert!(ev.iter().any(|e| matches!(e, AsyncEvent::CqError { .. })), "{ev:?}");
+}
+
+#[test]
+fn modify_to_error_flushes_and_later_posts_flush() {
+    let (a, b) = udp_pair(4096, Mtu::Mtu1024);
+    for i in 0..3 {
+        b.qp.post_recv(RecvWr::new(i, &[b.mr.sge(0, 64)])).unwrap();
+    }
+    b.qp.modify(&QpAttrs::error()).unwrap();
+    for i in 0..3 {
+        let wc = b.wait();
+        assert_eq!((wc.wr_id, wc.status), (i, WcStatus::WrFlushErr));
+    }
+    b.qp.post_recv(RecvWr::new(9, &[b.mr.sge(0, 64)])).unwrap();
+    assert_eq!(b.wait().status, WcStatus::WrFlushErr);
+    // A's SEND now meets a responder in error: it is never acknowledged and retries run out.
+    a.qp.post_send(SendWr::new(1, SendOp::Send, &[a.mr.sge(0, 8)])).unwrap();
+    let wc = a.wait();
+    assert_eq!(wc.status, WcStatus::RetryExcErr);
+    assert_eq!(a.qp.state(), QpState::Err);
+    let info = a.qp.query().unwrap();
+    assert_eq!(info.state, QpState::Err);
+    assert!(info.counters.retry_exceeded_err == 1);
+}
+
+#[test]
+fn many_qps_at_once() {
+    let (d1, d2) = (dev(), dev());
+    let caps =
+        QpCaps { max_send_wr: 32, max_recv_wr: 32, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 64 };
+    let mut pairs = Vec::new();
+    for _ in 0..16 {
+        let a = Side::new(d1.clone(), 1 << 16, caps);
+        let b = Side::new(d2.clone(), 1 << 16, caps);
+        connect(&a, &b, Mtu::Mtu2048);
+        pairs.push((a, b));
+    }
+    for (k, (a, b)) in pairs.iter().enumerate() {
+        a.mr.fill(0, 1 << 16, k as u8).unwrap();
+        for i in 0..8u64 {
+            b.qp.post_recv(RecvWr::new(i, &[b.mr.sge(i as usize * 8192, 8192)])).unwrap();
+            a.qp.post_send(SendWr::new(i, SendOp::Send, &[a.mr.sge(0, 5000)])).unwrap();
+        }
+    }
+    for (k, (a, b)) in pairs.iter().enumerate() {
+        for i in 0..8u64 {
+            let wc = a.wait();
+            assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success));
+            let wc = b.wait();
+            assert_eq!((wc.wr_id, wc.byte_len), (i, 5000));
+        }
+        assert!(b.mr.to_vec()[..5000].iter().all(|&x| x == k as u8));
+    }
+}
+
+#[test]
+fn sizes_to_16mib_every_pmtu_multi_sge_unsignaled() {
+    for mtu in [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096] {
+        let (a, b) = udp_pair(33 << 20, mtu);
+        let mut data = vec![0u8; 16 << 20];
+        for (i, x) in data.iter_mut().enumerate() {
+            *x = (i % 251) as u8 ^ (i >> 12) as u8;
+        }
+        a.mr.write(0, &data).unwrap();
+        let sizes: Vec<usize> = if mtu == Mtu::Mtu4096 {
+            vec![0, 1, 4095, 4096, 4097, 65536, 1 << 20, 16 << 20]
+        } else {
+            vec![0, 1, mtu.bytes() as usize + 1, 100_000, 1 << 20]
+        };
+        for &n in &sizes {
+            let remote = RemoteAddr { addr: b.mr.addr() + (16 << 20), rkey: b.mr.rkey() };
+            // A WRITE from three SGEs, unsignaled, then a signaled READ back into A.
+            let third = (n / 3) as u32;
+            let sg = [
+                a.mr.sge(0, third),
+                a.mr.sge(third as usize, third),
+                a.mr.sge(2 * third as usize, (n - 2 * third as usize) as u32),
+            ];
+            let mut w = SendWr::new(1, SendOp::RdmaWrite(remote), &sg);
+            w.signaled = false;
+            a.qp.post_send(w).unwrap();
+            a.qp.post_send(SendWr::new(2, SendOp::RdmaRead(remote), &[a.mr.sge(16 << 20, n as u32)]))
+                .unwrap();
+            let wc = a.wait();
+            assert_eq!((wc.wr_id, wc.status), (2, WcStatus::Success), "{mtu:?} {n}");
+            let mut back = vec![0u8; n];
+            a.mr.read(16 << 20, &mut back).unwrap();
+            assert!(back == data[..n], "{mtu:?} size {n}: data differs");
+        }
+        let c = b.dev.counters().unwrap();
+        assert_eq!(c.rcvd_icrc_err, 0);
+    }
+}
+
+#[test]
+fn in_memory_network_with_loss() {
+    let net = MemoryNetwork::new(
+        LinkConfig { drop: 0.02, duplicate: 0.01, reorder: 0.02, corrupt: 0.01, ..LinkConfig::default() },
+        7,
+    );
+    let caps =
+        QpCaps { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 64 };
+    let a = Side::new(Device::open(DeviceConfig::in_memory(&net, "10.0.0.1")).unwrap(), 4 << 20, caps);
+    let b = Side::new(Device::open(DeviceConfig::in_memory(&net, "10.0.0.2")).unwrap(), 4 << 20, caps);
+    connect(&a, &b, Mtu::Mtu1024);
+    let data: Vec<u8> = (0..(1 << 20)).map(|i: u32| (i * 7 + (i >> 10)) as u8).collect();
+    a.mr.write(0, &data).unwrap();
+    for round in 0..5u64 {
+        b.qp.post_recv(RecvWr::new(round, &[b.mr.sge(0, 1 << 20)])).unwrap();
+        a.qp.post_send(SendWr::new(round, SendOp::Send, &[a.mr.sge(0, 1 << 20)])).unwrap();
+        let remote = RemoteAddr { addr: b.mr.addr() + (2 << 20), rkey: b.mr.rkey() };
+        a.qp.post_send(SendWr::new(100 + round, SendOp::RdmaWrite(remote), &[a.mr.sge(0, 1 << 20)])).unwrap();
+        a.qp.post_send(SendWr::new(
+            200 + round,
+            SendOp::FetchAdd {
+                remote: RemoteAddr { addr: b.mr.addr() + (3 << 20), rkey: b.mr.rkey() },
+                add: 1,
+            },
+            &[a.mr.sge(2 << 20, 8)],
+        ))
+        .unwrap();
+        for want in [round, 100 + round, 200 + round] {
+            let wc = a.wait();
+            assert_eq!((wc.wr_id, wc.status), (want, WcStatus::Success));
+        }
+        let wc = b.wait();
+        assert_eq!((wc.wr_id, wc.byte_len), (round, 1 << 20));
+        assert!(b.mr.to_vec()[..1 << 20] == data[..]);
+        assert!(b.mr.to_vec()[2 << 20..3 << 20] == data[..]);
+    }
+    assert_eq!(b.mr.atomic_u64(3 << 20).unwrap().load(Ordering::Relaxed), 5, "each atomic executed once");
+    let s = net.stats();
+    assert!(s.dropped > 0 && s.corrupted > 0 && s.duplicated > 0, "{s:?}");
+    let c = b.dev.counters().unwrap();
+    assert!(c.rcvd_icrc_err > 0, "corrupted packets are caught by the ICRC: {c:?}");
+    assert!(a.dev.counters().unwrap().qp.completer_retry_err > 0);
+}
