@@ -386,7 +386,7 @@ pub struct QpTuning {
 
 impl Default for QpTuning {
     fn default() -> QpTuning {
-        QpTuning { max_unacked_psns: 128, ack_req_every: 65 }
+        QpTuning { max_unacked_psns: 256, ack_req_every: 65 }
     }
 }
 

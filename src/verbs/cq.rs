@@ -156,6 +156,15 @@ impl CompletionQueue {
         }
     }
 
+    /// Takes one completion, waiting up to `timeout` for it.
+    pub fn poll_one_wait(&self, timeout: Duration) -> Result<Option<WorkCompletion>> {
+        match self.poll_one()? {
+            Some(wc) => Ok(Some(wc)),
+            None if self.wait(timeout)? => self.poll_one(),
+            None => Ok(None),
+        }
+    }
+
     /// Polls, waiting up to `timeout` for the first completion.
     pub fn poll_wait(&self, out: &mut [WorkCompletion], timeout: Duration) -> Result<usize> {
         let n = self.poll(out)?;

@@ -73,6 +73,7 @@ struct Slot {
 /// borrowed too.
 struct State {
     shared: Arc<DeviceShared>,
+    id_solver: icrc::Ipv4IdSolver,
     qps: HashMap<u32, Slot>,
     active: VecDeque<u32>,
     touched: Vec<u32>,
@@ -107,6 +108,7 @@ impl Engine {
         Ok(Engine {
             st: State {
                 shared,
+                id_solver: icrc::Ipv4IdSolver::new(),
                 qps: HashMap::new(),
                 active: VecDeque::new(),
                 touched: Vec::new(),
@@ -206,7 +208,8 @@ impl Engine {
                 }
                 Command::ModifyQp { qpn, attrs, reply } => {
                     let r = st.modify(qpn, &attrs, self.backend.local_ip());
-                    st.touched.push(qpn);
+                    // The caller may post the moment modify returns: publish first.
+                    st.publish_one(qpn);
                     let _ = reply.send(r);
                 }
                 Command::QueryQp { qpn, reply } => {
@@ -254,8 +257,9 @@ impl Engine {
         let shared = st.shared.clone();
         let mrs = shared.mrs.read();
         let mut got = 0;
-        // A few batches per turn, then let the other work run.
-        for _ in 0..8 {
+        // One batch per turn: acknowledgements and new packets go out between batches, which
+        // keeps the peer's window moving.
+        for _ in 0..1 {
             match backend.recv(&mut |d| st.on_datagram(d, now, &mrs)) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => got += n,
@@ -465,7 +469,7 @@ impl State {
             rx.malformed.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        if !icrc_ok(&d, &p) {
+        if !icrc_ok(&d, &p, &mut self.id_solver) {
             rx.icrc_err.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -575,7 +579,7 @@ fn flush(backend: &mut dyn Backend, tx: &[u8], batch: &mut Option<Batch>, shared
 }
 
 /// Checks a received packet's ICRC with what the backend knows of its IP and UDP headers.
-fn icrc_ok(d: &Datagram<'_>, p: &Packet<'_>) -> bool {
+fn icrc_ok(d: &Datagram<'_>, p: &Packet<'_>, solver: &mut icrc::Ipv4IdSolver) -> bool {
     if let Some(ip) = d.ip_header {
         // Backends that see the IP header check at full strength.
         let mut udp = [0u8; 8];
@@ -598,7 +602,7 @@ fn icrc_ok(d: &Datagram<'_>, p: &Packet<'_>) -> bool {
             ip[12..16].copy_from_slice(&s.octets());
             ip[16..20].copy_from_slice(&t.octets());
             // The identification and DF are not visible here: recover them from the CRC.
-            matches!(icrc::recover_ipv4_id(&ip, &udp, p.without_icrc(), p.icrc()), Ok(Some(_)))
+            matches!(solver.recover(&ip, &udp, p.without_icrc(), p.icrc()), Ok(Some(_)))
         }
         (IpAddr::V6(s), IpAddr::V6(t)) => {
             let f = RoceFrameRepr {

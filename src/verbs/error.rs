@@ -77,6 +77,9 @@ pub enum Error {
     /// The CQ overflowed; completions were lost and the QPs using it are in error.
     #[error("completion queue overflow")]
     CqOverflow,
+    /// An access through a memory region handle fell outside the region.
+    #[error(transparent)]
+    OutOfRegion(#[from] crate::verbs::mr::OutOfRegion),
     /// The QP was destroyed.
     #[error("QP {0:#x} does not exist (destroyed?)")]
     NoSuchQp(u32),

@@ -117,59 +117,83 @@ impl AtomicBytes {
     pub(crate) fn read(&self, off: usize, dst: &mut [u8]) {
         let words = self.words();
         let word_bytes = words.len() * 8;
-        let mut pos = off;
-        let mut out = 0;
-        while out < dst.len() {
-            if pos >= word_bytes {
-                // Borrowed tail: bytes no word covers.
-                for (i, d) in dst[out..].iter_mut().enumerate() {
-                    *d = self.tail()[pos - word_bytes + i].load(Relaxed);
-                }
-                return;
-            }
-            let w = pos / 8;
+        let (mut pos, mut out) = (off, 0);
+        // Head: the rest of a partial word.
+        if pos % 8 != 0 && pos < word_bytes {
             let b = pos % 8;
-            let n = (8 - b).min(dst.len() - out);
-            let bytes = words[w].load(Relaxed).to_ne_bytes();
-            dst[out..out + n].copy_from_slice(&bytes[b..b + n]);
+            let n = (8 - b).min(dst.len());
+            let bytes = words[pos / 8].load(Relaxed).to_ne_bytes();
+            dst[..n].copy_from_slice(&bytes[b..b + n]);
             out += n;
             pos += n;
         }
+        // Middle: whole words, eight bytes at a time (fixed-size copies compile to moves).
+        let whole = ((dst.len() - out) / 8).min(word_bytes.saturating_sub(pos) / 8);
+        if whole > 0 {
+            let w0 = pos / 8;
+            for (d, w) in dst[out..out + whole * 8].chunks_exact_mut(8).zip(&words[w0..w0 + whole]) {
+                d.copy_from_slice(&w.load(Relaxed).to_ne_bytes());
+            }
+            out += whole * 8;
+            pos += whole * 8;
+        }
+        // Tail: a partial word, or the borrowed bytes no word covers.
+        if out < dst.len() {
+            if pos < word_bytes {
+                let n = dst.len() - out;
+                let bytes = words[pos / 8].load(Relaxed).to_ne_bytes();
+                dst[out..].copy_from_slice(&bytes[..n]);
+            } else {
+                for (i, d) in dst[out..].iter_mut().enumerate() {
+                    *d = self.tail()[pos - word_bytes + i].load(Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Merges `src` into word `w` at byte `b` (partial word): `fetch_and`/`fetch_or` leave the
+    /// word's other bytes as concurrent writers left them.
+    fn merge(word: &AtomicU64, b: usize, src: &[u8]) {
+        let mut v = [0u8; 8];
+        let mut m = [0u8; 8];
+        v[b..b + src.len()].copy_from_slice(src);
+        m[b..b + src.len()].fill(0xff);
+        word.fetch_and(!u64::from_ne_bytes(m), Relaxed);
+        word.fetch_or(u64::from_ne_bytes(v), Relaxed);
     }
 
     /// Writes `src` starting at byte `off` (bounds checked by the caller). Whole words are
-    /// stored; partial words are merged with `fetch_and`/`fetch_or`, which leave the other
-    /// bytes of the word as concurrent writers left them.
+    /// stored; partial words are merged (see `merge`).
     pub(crate) fn write(&self, off: usize, src: &[u8]) {
         let words = self.words();
         let word_bytes = words.len() * 8;
-        let mut pos = off;
-        let mut done = 0;
-        while done < src.len() {
-            if pos >= word_bytes {
+        let (mut pos, mut done) = (off, 0);
+        if pos % 8 != 0 && pos < word_bytes {
+            let b = pos % 8;
+            let n = (8 - b).min(src.len());
+            Self::merge(&words[pos / 8], b, &src[..n]);
+            done += n;
+            pos += n;
+        }
+        let whole = ((src.len() - done) / 8).min(word_bytes.saturating_sub(pos) / 8);
+        if whole > 0 {
+            let w0 = pos / 8;
+            for (s, w) in src[done..done + whole * 8].chunks_exact(8).zip(&words[w0..w0 + whole]) {
+                let mut v = [0u8; 8];
+                v.copy_from_slice(s);
+                w.store(u64::from_ne_bytes(v), Relaxed);
+            }
+            done += whole * 8;
+            pos += whole * 8;
+        }
+        if done < src.len() {
+            if pos < word_bytes {
+                Self::merge(&words[pos / 8], 0, &src[done..]);
+            } else {
                 for (i, s) in src[done..].iter().enumerate() {
                     self.tail()[pos - word_bytes + i].store(*s, Relaxed);
                 }
-                return;
             }
-            let w = pos / 8;
-            let b = pos % 8;
-            let n = (8 - b).min(src.len() - done);
-            if n == 8 {
-                let mut v = [0u8; 8];
-                v.copy_from_slice(&src[done..done + 8]);
-                words[w].store(u64::from_ne_bytes(v), Relaxed);
-            } else {
-                let mut v = [0u8; 8];
-                let mut m = [0u8; 8];
-                v[b..b + n].copy_from_slice(&src[done..done + n]);
-                m[b..b + n].fill(0xff);
-                let mask = u64::from_ne_bytes(m);
-                words[w].fetch_and(!mask, Relaxed);
-                words[w].fetch_or(u64::from_ne_bytes(v), Relaxed);
-            }
-            done += n;
-            pos += n;
         }
     }
 
@@ -577,6 +601,42 @@ mod tests {
         assert_eq!(&out[..7], &[114, 1, 2, 3, 4, 5, 6]);
         assert!(b.word(16).is_none(), "the tail has no whole word");
         assert!(b.word(8).is_some());
+    }
+
+    proptest::proptest! {
+        /// Reads and writes at any offset and length behave like a plain byte vector, for
+        /// owned storage and for borrowed storage with a tail of loose bytes.
+        #[test]
+        fn behaves_like_a_vec(
+            len in 1usize..200,
+            borrowed in proptest::bool::ANY,
+            ops in proptest::collection::vec((0usize..200, 0usize..80, proptest::num::u8::ANY, proptest::bool::ANY), 1..40),
+        ) {
+            let mut backing = vec![0u64; len.div_ceil(8)];
+            let b = if borrowed {
+                // SAFETY: 8-aligned, `len` valid bytes, only accessed through `b` below.
+                unsafe { AtomicBytes::borrowed(backing.as_mut_ptr() as *mut u8, len) }
+            } else {
+                AtomicBytes::owned(len)
+            };
+            let mut model = vec![0u8; len];
+            for (off, n, seed, is_write) in ops {
+                let off = off % len;
+                let n = n.min(len - off);
+                if is_write {
+                    let data: Vec<u8> = (0..n).map(|i| seed.wrapping_add(i as u8)).collect();
+                    b.write(off, &data);
+                    model[off..off + n].copy_from_slice(&data);
+                } else {
+                    let mut out = vec![0xaa; n];
+                    b.read(off, &mut out);
+                    proptest::prop_assert_eq!(&out[..], &model[off..off + n]);
+                }
+            }
+            let mut all = vec![0u8; len];
+            b.read(0, &mut all);
+            proptest::prop_assert_eq!(all, model);
+        }
     }
 
     #[test]

@@ -156,32 +156,27 @@ pub fn recover_ipv4_id(
     ib: &[u8],
     received_icrc: u32,
 ) -> Result<Option<RecoveredIpv4>> {
-    let mut base = *ip_header;
-    base[4..8].fill(0);
-    let syndrome = compute(&base, udp_header, ib)? ^ received_icrc;
-    if syndrome == 0 {
-        return Ok(Some(RecoveredIpv4 { id: 0, df: false }));
-    }
-    // Bytes that follow the 4-byte window (identification, flags/fragment offset) in the
-    // CRC stream: the rest of the IP header, the UDP header and the transport packet.
-    let trailing = (20 - 8 + udp_header.len() + ib.len()) as u64;
+    Ipv4IdSolver::new().recover(ip_header, udp_header, ib, received_icrc)
+}
+
+/// An echelon basis of the CRC changes the 17 unknown bits cause, for one packet length:
+/// `pivots[b]` holds a vector whose highest set bit is `b`, with the unknown bits it is made
+/// of.
+type Basis = [(u32, u32); 32];
+
+fn basis(trailing: u64) -> Basis {
     let shift = x_pow_8n(trailing);
     let zero = crc32fast::hash(&[0u8; 4]);
-    // Basis: bit i < 16 is bit i of the identification; bit 16 is DF.
-    let mut rows: [(u32, u32); 17] = [(0, 0); 17];
-    for (i, row) in rows.iter_mut().enumerate() {
+    let mut pivots: Basis = [(0, 0); 32];
+    for i in 0..17 {
+        // Bit i < 16 is bit i of the identification; bit 16 is DF.
         let mut window = [0u8; 4];
         if i < 16 {
             window[..2].copy_from_slice(&(1u16 << i).to_be_bytes());
         } else {
             window[2] = 0x40;
         }
-        let delta = crc32fast::hash(&window) ^ zero;
-        *row = (mul_mod(delta, shift), 1 << i);
-    }
-    // Reduce the syndrome against an echelon form of the basis.
-    let mut pivots: [(u32, u32); 32] = [(0, 0); 32];
-    for (mut v, mut tag) in rows {
+        let (mut v, mut tag) = (mul_mod(crc32fast::hash(&window) ^ zero, shift), 1u32 << i);
         while v != 0 {
             let bit = 31 - v.leading_zeros() as usize;
             if pivots[bit].0 == 0 {
@@ -192,16 +187,75 @@ pub fn recover_ipv4_id(
             tag ^= pivots[bit].1;
         }
     }
-    let (mut v, mut tag) = (syndrome, 0u32);
-    while v != 0 {
-        let bit = 31 - v.leading_zeros() as usize;
-        if pivots[bit].0 == 0 {
-            return Ok(None);
-        }
-        v ^= pivots[bit].0;
-        tag ^= pivots[bit].1;
+    pivots
+}
+
+/// [`recover_ipv4_id`] with the per-length elimination basis cached: a receiver sees few
+/// distinct packet lengths, so after the first packet of each length the recovery costs one
+/// CRC and a 32-step reduction.
+#[derive(Debug, Clone)]
+pub struct Ipv4IdSolver {
+    cache: Vec<(u64, Basis)>,
+}
+
+impl Default for Ipv4IdSolver {
+    fn default() -> Ipv4IdSolver {
+        Ipv4IdSolver::new()
     }
-    Ok(Some(RecoveredIpv4 { id: tag as u16, df: tag & (1 << 16) != 0 }))
+}
+
+impl Ipv4IdSolver {
+    /// Most lengths remembered.
+    const SLOTS: usize = 16;
+
+    /// An empty cache.
+    pub fn new() -> Ipv4IdSolver {
+        Ipv4IdSolver { cache: Vec::with_capacity(Self::SLOTS) }
+    }
+
+    fn basis(&mut self, trailing: u64) -> &Basis {
+        let i = match self.cache.iter().position(|(t, _)| *t == trailing) {
+            Some(i) => i,
+            None => {
+                if self.cache.len() == Self::SLOTS {
+                    self.cache.remove(0);
+                }
+                self.cache.push((trailing, basis(trailing)));
+                self.cache.len() - 1
+            }
+        };
+        &self.cache[i].1
+    }
+
+    /// See [`recover_ipv4_id`].
+    pub fn recover(
+        &mut self,
+        ip_header: &[u8; 20],
+        udp_header: &[u8],
+        ib: &[u8],
+        received_icrc: u32,
+    ) -> Result<Option<RecoveredIpv4>> {
+        let mut base = *ip_header;
+        base[4..8].fill(0);
+        let syndrome = compute(&base, udp_header, ib)? ^ received_icrc;
+        if syndrome == 0 {
+            return Ok(Some(RecoveredIpv4 { id: 0, df: false }));
+        }
+        // Bytes that follow the 4-byte window (identification, flags/fragment offset) in the
+        // CRC stream: the rest of the IP header, the UDP header and the transport packet.
+        let trailing = (20 - 8 + udp_header.len() + ib.len()) as u64;
+        let pivots = self.basis(trailing);
+        let (mut v, mut tag) = (syndrome, 0u32);
+        while v != 0 {
+            let bit = 31 - v.leading_zeros() as usize;
+            if pivots[bit].0 == 0 {
+                return Ok(None);
+            }
+            v ^= pivots[bit].0;
+            tag ^= pivots[bit].1;
+        }
+        Ok(Some(RecoveredIpv4 { id: tag as u16, df: tag & (1 << 16) != 0 }))
+    }
 }
 
 #[cfg(test)]

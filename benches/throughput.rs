@@ -1,0 +1,269 @@
+//! Throughput between two processes on loopback, softroce against a raw UDP baseline, in one
+//! invocation so that the ratios compare like with like on a shared, noisy machine.
+//!
+//! ```text
+//! cargo bench --bench throughput            # everything, 2 s each
+//! cargo bench --bench throughput -- 5       # 5 s each
+//! ```
+//!
+//! - `udp 4 KiB, one datagram per send`: blocking `send_to` of 4140-byte datagrams (the size
+//!   of a PMTU-4096 RoCEv2 packet), receiver with `recvmmsg` + GRO.
+//! - `udp 4 KiB, GSO 15 + GRO`: the same datagrams, 16 per `sendmsg` with UDP GSO.
+//! - `udp 64 B, one datagram per send`: the datagram rate for small messages.
+//! - `rc write 64 KiB, PMTU 4096`: RDMA WRITE bandwidth with 64 KiB messages, 64 in flight.
+//! - `rc send 64 B`: SEND message rate, 256 in flight, receives always posted.
+//!
+//! The server side of each runs in a child process (this binary, re-executed).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use softroce::verbs::*;
+
+const ROLE: &str = "SOFTROCE_BENCH_ROLE";
+
+fn main() {
+    if let Ok(role) = std::env::var(ROLE) {
+        child(&role);
+        return;
+    }
+    let secs: f64 = std::env::args().skip(1).filter_map(|a| a.parse().ok()).next().unwrap_or(2.0);
+    // `cargo bench --bench throughput -- rc` runs only the softroce part (for profiling).
+    let only_rc = std::env::args().any(|a| a == "rc" || a == "write");
+    let d = Duration::from_secs_f64(secs);
+    println!(
+        "softroce throughput, two processes on loopback, {secs} s per run ({} cores)",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let skip = (1.0, 1.0);
+    let udp1 = if only_rc { skip } else { udp_bench(4140, 1, d) };
+    let udpg = if only_rc { skip } else { udp_bench(4140, 15, d) };
+    let udp64 = if only_rc { skip } else { udp_bench(64 + 28, 1, d) };
+    let only_write = std::env::args().any(|a| a == "write");
+    let w = rc_bench("write", 65536, d);
+    let s = if only_write { skip } else { rc_bench("send", 64, d) };
+    println!();
+    println!("{:<38} {:>12} {:>12}", "run", "Gb/s", "Mmsg/s");
+    let row = |name: &str, bytes: f64, msgs: f64| {
+        println!("{name:<38} {:>12.2} {:>12.3}", bytes * 8.0 / 1e9, msgs / 1e6)
+    };
+    row("udp 4 KiB, one datagram per send", udp1.0, udp1.1);
+    row("udp 4 KiB, GSO 15 + GRO", udpg.0, udpg.1);
+    row("udp 64 B, one datagram per send", udp64.0, udp64.1);
+    row("rc write 64 KiB, PMTU 4096", w.0, w.1);
+    row("rc send 64 B", s.0, s.1);
+    println!();
+    println!("ratios (same invocation):");
+    println!("  rc write / udp one-per-send  {:>6.2}", w.0 / udp1.0);
+    println!("  rc write / udp GSO+GRO       {:>6.2}", w.0 / udpg.0);
+    println!("  rc send 64 B / udp 64 B      {:>6.2}  (messages per second)", s.1 / udp64.1);
+}
+
+/// Starts this binary as the server of `role`; returns it and its first stdout line.
+fn spawn(role: &str, args: &str) -> (std::process::Child, BufReader<std::process::ChildStdout>, String) {
+    let mut c = Command::new(std::env::current_exe().unwrap())
+        .env(ROLE, format!("{role} {args}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    (c, out, line.trim().to_string())
+}
+
+/// Sends datagrams of `size` bytes, `gso` per system call, for `d`; returns (bytes/s,
+/// datagrams/s) counted by the receiver.
+fn udp_bench(size: usize, gso: usize, d: Duration) -> (f64, f64) {
+    let (mut child, mut out, addr) = spawn("udp-recv", &format!("{size}"));
+    let dst: SocketAddr = addr.parse().unwrap();
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let state = quinn_udp::UdpSocketState::new((&sock).into()).unwrap();
+    let buf = vec![0x5au8; size * gso];
+    let start = Instant::now();
+    while start.elapsed() < d {
+        for _ in 0..64 {
+            let t = quinn_udp::Transmit {
+                destination: dst,
+                ecn: None,
+                contents: &buf,
+                segment_size: (gso > 1).then_some(size),
+                src_ip: None,
+            };
+            let _ = state.try_send((&sock).into(), &t);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    child.stdin.take().unwrap().write_all(b"stop\n").unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    child.wait().unwrap();
+    let f: Vec<f64> = line.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    (f[0] / f[2], f[1] / f[2])
+}
+
+fn rc_bench(kind: &str, size: usize, d: Duration) -> (f64, f64) {
+    let (ca, sa) = ("127.0.77.1", "127.0.77.2");
+    let (mut child, mut out, peer) = spawn("rc", &format!("{kind} {size} {sa}"));
+    let p: Vec<&str> = peer.split_whitespace().collect();
+    let (qpn, psn, raddr, rkey): (u32, u32, u64, u32) =
+        (p[0].parse().unwrap(), p[1].parse().unwrap(), p[2].parse().unwrap(), p[3].parse().unwrap());
+    let dev = Device::open(DeviceConfig::new(ca)).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(8192).unwrap();
+    let mut init = QpInitAttr::rc(&cq, &cq);
+    init.cap =
+        QpCaps { max_send_wr: 1024, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64 };
+    let qp = pd.create_qp(&init).unwrap();
+    let mr = pd.alloc_mr(size.max(64), Access::LOCAL_WRITE).unwrap();
+    connect(&dev, &qp, qpn, psn, sa, 0x1000);
+    child.stdin.as_mut().unwrap().write_all(format!("{} {}\n", qp.qp_num(), 0x1000).as_bytes()).unwrap();
+    let mut ready = String::new();
+    out.read_line(&mut ready).unwrap();
+    let depth = if kind == "write" { 64 } else { 256 };
+    let mut wcs = vec![WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 64];
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut start = Instant::now();
+    let mut counted = 0u64;
+    let warmup = Duration::from_millis(300);
+    let mut warm = false;
+    loop {
+        while posted - done < depth {
+            let op = if kind == "write" {
+                SendOp::RdmaWrite(RemoteAddr { addr: raddr, rkey })
+            } else {
+                SendOp::Send
+            };
+            let mut wr = SendWr::new(posted, op, &[mr.sge(0, size as u32)]);
+            // Signal one in 16, as perftest's CQ moderation does.
+            wr.signaled = posted % 16 == 15;
+            qp.post_send(wr).unwrap();
+            posted += 1;
+        }
+        let n = cq.poll(&mut wcs).unwrap();
+        for wc in &wcs[..n] {
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            done = wc.wr_id + 1;
+        }
+        if !warm && start.elapsed() > warmup {
+            warm = true;
+            start = Instant::now();
+            counted = done;
+        }
+        if warm && start.elapsed() > d {
+            break;
+        }
+        if n == 0 {
+            // Block rather than spin: on a two-core machine a spinning application thread
+            // takes the CPU the two engines need.
+            let _ = cq.wait(Duration::from_millis(1));
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let msgs = (done - counted) as f64;
+    drop(child.stdin.take());
+    child.wait().unwrap();
+    (msgs * size as f64 / secs, msgs / secs)
+}
+
+fn connect(dev: &Device, qp: &QueuePair, qpn: u32, psn: u32, peer: &str, my_psn: u32) {
+    qp.modify(&QpAttrs::init(Access::ALL)).unwrap();
+    let av = AddressVector::new(Gid::from_ip(peer.parse().unwrap()), dev.default_gid_index());
+    qp.modify(&QpAttrs::rtr(av, Mtu::Mtu4096, qpn, psn)).unwrap();
+    qp.modify(&QpAttrs::rts(my_psn)).unwrap();
+}
+
+fn child(role: &str) {
+    let args: Vec<&str> = role.split_whitespace().collect();
+    match args[0] {
+        "udp-recv" => {
+            let size: usize = args[1].parse().unwrap();
+            let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+            sock.set_nonblocking(true).unwrap();
+            let s2 = socket2::SockRef::from(&sock);
+            let _ = s2.set_recv_buffer_size(16 << 20);
+            let state = quinn_udp::UdpSocketState::new((&sock).into()).unwrap();
+            println!("{}", sock.local_addr().unwrap());
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let st = stop.clone();
+            std::thread::spawn(move || {
+                let mut l = String::new();
+                let _ = std::io::stdin().read_line(&mut l);
+                st.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+            let mut bufs: Vec<Vec<u8>> = (0..32).map(|_| vec![0u8; 65536]).collect();
+            let mut metas = vec![quinn_udp::RecvMeta::default(); 32];
+            let (mut bytes, mut dgrams) = (0u64, 0u64);
+            let mut first: Option<Instant> = None;
+            let mut last = Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let mut sl: Vec<std::io::IoSliceMut<'_>> =
+                    bufs.iter_mut().map(|b| std::io::IoSliceMut::new(b)).collect();
+                match state.recv((&sock).into(), &mut sl, &mut metas) {
+                    Ok(n) => {
+                        let now = Instant::now();
+                        first.get_or_insert(now);
+                        last = now;
+                        for m in &metas[..n] {
+                            bytes += m.len as u64;
+                            dgrams +=
+                                (m.len / m.stride.max(1)) as u64 + (m.len % m.stride.max(1) != 0) as u64;
+                        }
+                    }
+                    Err(_) => std::thread::yield_now(),
+                }
+            }
+            let secs = first.map_or(1.0, |f| (last - f).as_secs_f64().max(1e-9));
+            let _ = size;
+            println!("{bytes} {dgrams} {secs}");
+        }
+        _ => {
+            let (kind, size, addr) = (args[1], args[2].parse::<usize>().unwrap(), args[3]);
+            let dev = Device::open(DeviceConfig::new(addr)).unwrap();
+            let pd = dev.alloc_pd().unwrap();
+            let cq = dev.create_cq(8192).unwrap();
+            let mut init = QpInitAttr::rc(&cq, &cq);
+            init.cap = QpCaps {
+                max_send_wr: 16,
+                max_recv_wr: 4096,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            };
+            let qp = pd.create_qp(&init).unwrap();
+            let mr = pd.alloc_mr(size.max(64), Access::ALL).unwrap();
+            println!("{} {} {} {}", qp.qp_num(), 0x2000, mr.addr(), mr.rkey());
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).unwrap();
+            let p: Vec<u32> = line.split_whitespace().map(|x| x.parse().unwrap()).collect();
+            connect(&dev, &qp, p[0], p[1], "127.0.77.1", 0x2000);
+            let mut posted = 0u64;
+            if kind == "send" {
+                while posted < 4096 {
+                    qp.post_recv(RecvWr::new(posted, &[mr.sge(0, 64)])).unwrap();
+                    posted += 1;
+                }
+            }
+            println!("ready");
+            // Keep receives posted until the parent closes stdin.
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let st = stop.clone();
+            std::thread::spawn(move || {
+                let mut l = String::new();
+                let _ = std::io::stdin().read_line(&mut l);
+                st.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+            let mut wcs = vec![WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 256];
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let n = cq.poll_wait(&mut wcs, Duration::from_millis(50)).unwrap_or(0);
+                for _ in 0..n {
+                    qp.post_recv(RecvWr::new(posted, &[mr.sge(0, 64)])).unwrap();
+                    posted += 1;
+                }
+            }
+        }
+    }
+}
