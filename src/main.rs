@@ -16,12 +16,15 @@ struct Cli {
 enum Command {
     /// Print one line per RoCEv2 packet of a pcap/pcapng capture, with its ICRC verdict.
     Dump(cli::dump::DumpArgs),
+    /// perftest-compatible bandwidth and latency tests (ib_write_bw, ib_read_lat, ...).
+    Perf(cli::perf::PerfArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let code = match &cli.command {
         Command::Dump(a) => cli::dump::run(a),
+        Command::Perf(a) => cli::perf::run(a),
     };
     std::process::exit(code);
 }
