@@ -18,6 +18,12 @@ enum Command {
     Dump(cli::dump::DumpArgs),
     /// perftest-compatible bandwidth and latency tests (ib_write_bw, ib_read_lat, ...).
     Perf(cli::perf::PerfArgs),
+    /// RC ping-pong, paired with rdma-core's ibv_rc_pingpong in either role.
+    RcPingpong(cli::pingpong::PingpongArgs),
+    /// Device, port, GID table and limits, like ibv_devinfo -v.
+    Devinfo(cli::devinfo::DevinfoArgs),
+    /// The hw_counters of running softroce devices (from another process).
+    Counters(cli::counters::CountersArgs),
 }
 
 fn main() {
@@ -25,6 +31,9 @@ fn main() {
     let code = match &cli.command {
         Command::Dump(a) => cli::dump::run(a),
         Command::Perf(a) => cli::perf::run(a),
+        Command::RcPingpong(a) => cli::pingpong::run(a),
+        Command::Devinfo(a) => cli::devinfo::run(a),
+        Command::Counters(a) => cli::counters::run(a),
     };
     std::process::exit(code);
 }

@@ -77,7 +77,8 @@ pub fn report(cmd: &str, e: &CliError) -> i32 {
 
 /// The local address that reaches `peer` (the kernel's route choice; nothing is sent).
 pub fn local_ip_towards(peer: IpAddr) -> Option<IpAddr> {
-    let bind: IpAddr = if peer.is_ipv4() { [0, 0, 0, 0].into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() };
+    let bind: IpAddr =
+        if peer.is_ipv4() { [0, 0, 0, 0].into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() };
     let s = UdpSocket::bind((bind, 0)).ok()?;
     s.connect((peer, 4791)).ok()?;
     s.local_addr().ok().map(|a| a.ip())
@@ -115,7 +116,9 @@ pub fn open_device(dev: Option<&str>, peer: Option<&str>) -> Result<Device, CliE
 }
 
 fn looks_like_rdma_device(name: &str) -> bool {
-    ["rxe", "mlx", "softroce", "siw", "irdma", "bnxt", "qedr", "efa", "hfi", "erdma"].iter().any(|p| name.starts_with(p))
+    ["rxe", "mlx", "softroce", "siw", "irdma", "bnxt", "qedr", "efa", "hfi", "erdma"]
+        .iter()
+        .any(|p| name.starts_with(p))
 }
 
 /// Resolves a host name or address to an IP address (IPv4 first).
@@ -195,6 +198,8 @@ pub fn random_psn() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u128(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
+    );
     h.finish() as u32 & 0xff_ffff
 }

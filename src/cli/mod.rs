@@ -2,7 +2,10 @@
 
 pub mod capture;
 pub mod common;
+pub mod counters;
+pub mod devinfo;
 pub mod dump;
 pub mod oob;
 pub mod perf;
+pub mod pingpong;
 pub mod report;

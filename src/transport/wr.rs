@@ -245,6 +245,25 @@ impl WcStatus {
             WcStatus::GeneralErr => "IBV_WC_GENERAL_ERR",
         }
     }
+    /// The text `ibv_wc_status_str()` returns for the status (what rdma-core's tools print).
+    pub fn ibv_str(self) -> &'static str {
+        match self {
+            WcStatus::Success => "success",
+            WcStatus::LocLenErr => "local length error",
+            WcStatus::LocQpOpErr => "local QP operation error",
+            WcStatus::LocProtErr => "local protection error",
+            WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::BadRespErr => "bad response error",
+            WcStatus::LocAccessErr => "local access error",
+            WcStatus::RemInvReqErr => "remote invalid request error",
+            WcStatus::RemAccessErr => "remote access error",
+            WcStatus::RemOpErr => "remote operational error",
+            WcStatus::RetryExcErr => "transport retry counter exceeded",
+            WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
+            WcStatus::FatalErr => "fatal error",
+            WcStatus::GeneralErr => "general error",
+        }
+    }
     /// ibverbs' numeric value of the status.
     pub fn code(self) -> u32 {
         match self {

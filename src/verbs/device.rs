@@ -20,6 +20,13 @@ use crate::transport::{Counters, Mtu};
 /// The IANA port of RoCEv2.
 pub const ROCE_PORT: u16 = crate::wire::ROCEV2_UDP_PORT;
 
+/// How long the engine polls after activity before it sleeps (50 µs; `SOFTROCE_SPIN_US`
+/// overrides it).
+fn default_spin() -> std::time::Duration {
+    let us = std::env::var("SOFTROCE_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
+    std::time::Duration::from_micros(us)
+}
+
 /// How packets leave and arrive.
 #[derive(Debug, Clone, Default)]
 pub enum BackendKind {
@@ -56,7 +63,7 @@ impl DeviceConfig {
             address: address.into(),
             backend: BackendKind::Udp,
             port: ROCE_PORT,
-            spin: std::time::Duration::from_micros(50),
+            spin: default_spin(),
             name: None,
             gso: true,
         }
@@ -335,9 +342,26 @@ fn gid_table(iface: &Iface, ip: IpAddr) -> Vec<Gid> {
     gids
 }
 
-impl Device {
-    /// Opens a device on a local address or interface.
-    pub fn open(cfg: DeviceConfig) -> Result<Device> {
+/// What a device is, without opening it (no port bound, no thread): what `devinfo` shows.
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    /// Device name.
+    pub name: String,
+    /// The local address it uses.
+    pub ip: IpAddr,
+    /// The interface's MAC address (zero for loopback).
+    pub mac: [u8; 6],
+    /// The GID table.
+    pub gids: Vec<Gid>,
+    /// Port attributes.
+    pub port: PortAttr,
+    /// Device attributes and limits.
+    pub attr: DeviceAttr,
+}
+
+impl DeviceInfo {
+    /// Describes the device `cfg` would open.
+    pub fn query(cfg: &DeviceConfig) -> Result<DeviceInfo> {
         let (iface, ip) = match &cfg.backend {
             BackendKind::Udp => resolve(&cfg.address)?,
             BackendKind::Memory(_) => {
@@ -348,30 +372,15 @@ impl Device {
                 (Iface { name: "mem".into(), mac: [0; 6], ips: vec![ip], mtu: 4200 }, ip)
             }
         };
-        let backend: Box<dyn super::backend::Backend> = match &cfg.backend {
-            BackendKind::Udp => {
-                Box::new(super::backend::udp::UdpBackend::new(ip, cfg.port, cfg.gso).map_err(|source| {
-                    Error::Bind { addr: std::net::SocketAddr::new(ip, cfg.port), source }
-                })?)
-            }
-            BackendKind::Memory(net) => {
-                Box::new(super::backend::memory::MemoryBackend::new(net, ip, cfg.port))
-            }
-        };
-        let poll = mio::Poll::new()?;
-        let waker = Arc::new(mio::Waker::new(poll.registry(), super::engine::WAKE)?);
-        let (cmd_tx, cmd_rx): (Sender<Command>, Receiver<Command>) = crossbeam::channel::unbounded();
         let mac = iface.mac;
         let node_guid =
             u64::from_be_bytes(Gid::link_local_from_mac(mac).0[8..].try_into().unwrap_or_default());
         let gids = gid_table(&iface, ip);
         let active = active_mtu_for_netdev(iface.mtu);
-        let shared = Arc::new(DeviceShared {
+        Ok(DeviceInfo {
             name: cfg.name.clone().unwrap_or_else(|| "softroce0".into()),
             ip,
-            netdev: iface.name.clone(),
             mac,
-            gids: gids.clone(),
             port: PortAttr {
                 state: PortState::Active,
                 max_mtu: Mtu::Mtu4096,
@@ -384,6 +393,7 @@ impl Device {
                 link_layer: "Ethernet",
                 netdev: iface.name.clone(),
             },
+            gids,
             attr: DeviceAttr {
                 fw_ver: env!("CARGO_PKG_VERSION").into(),
                 node_guid,
@@ -408,6 +418,36 @@ impl Device {
                 phys_port_cnt: 1,
                 atomic_cap: "ATOMIC_HCA",
             },
+        })
+    }
+}
+
+impl Device {
+    /// Opens a device on a local address or interface.
+    pub fn open(cfg: DeviceConfig) -> Result<Device> {
+        let info = DeviceInfo::query(&cfg)?;
+        let ip = info.ip;
+        let backend: Box<dyn super::backend::Backend> = match &cfg.backend {
+            BackendKind::Udp => {
+                Box::new(super::backend::udp::UdpBackend::new(ip, cfg.port, cfg.gso).map_err(|source| {
+                    Error::Bind { addr: std::net::SocketAddr::new(ip, cfg.port), source }
+                })?)
+            }
+            BackendKind::Memory(net) => {
+                Box::new(super::backend::memory::MemoryBackend::new(net, ip, cfg.port))
+            }
+        };
+        let poll = mio::Poll::new()?;
+        let waker = Arc::new(mio::Waker::new(poll.registry(), super::engine::WAKE)?);
+        let (cmd_tx, cmd_rx): (Sender<Command>, Receiver<Command>) = crossbeam::channel::unbounded();
+        let shared = Arc::new(DeviceShared {
+            name: info.name,
+            ip,
+            netdev: info.port.netdev.clone(),
+            mac: info.mac,
+            gids: info.gids,
+            port: info.port,
+            attr: info.attr,
             mrs: RwLock::new(MrTable::default()),
             cmd_tx,
             waker,
@@ -508,6 +548,33 @@ impl Device {
     pub fn counters(&self) -> Result<DeviceCounters> {
         self.shared.call(Command::Counters)
     }
+}
+
+/// The directory where running devices publish their counters: `$SOFTROCE_RUN_DIR`, else
+/// `/run/softroce` when it can be created (root), else `$XDG_RUNTIME_DIR/softroce`, else
+/// `/tmp/softroce-<uid>`.
+pub fn counters_dir() -> std::path::PathBuf {
+    if let Some(d) = std::env::var_os("SOFTROCE_RUN_DIR") {
+        return d.into();
+    }
+    let run = std::path::PathBuf::from("/run/softroce");
+    if std::fs::create_dir_all(&run).is_ok()
+        && std::fs::metadata(&run).is_ok_and(|m| !m.permissions().readonly())
+    {
+        return run;
+    }
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
+        return std::path::PathBuf::from(x).join("softroce");
+    }
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+        })
+        .unwrap_or_else(|| "0".into());
+    std::path::PathBuf::from(format!("/tmp/softroce-{uid}"))
 }
 
 /// Device counters: rxe's hw_counters names plus the receive path's drops.

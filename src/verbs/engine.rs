@@ -83,6 +83,7 @@ struct State {
 }
 
 pub(crate) struct Engine {
+    stats: StatsFile,
     st: State,
     backend: Box<dyn Backend>,
     poll: mio::Poll,
@@ -105,7 +106,9 @@ impl Engine {
         backend.register(poll.registry(), SOCKET)?;
         backend.set_waker(shared.waker.clone());
         let port = backend.port();
+        let stats = StatsFile::new(&shared);
         Ok(Engine {
+            stats,
             st: State {
                 shared,
                 id_solver: icrc::Ipv4IdSolver::new(),
@@ -143,6 +146,11 @@ impl Engine {
             work |= self.timers(now);
             work |= self.transmit(now);
             self.publish();
+            self.stats.dirty |= work;
+            if self.stats.dirty && self.stats.due() {
+                let c = self.st.counters();
+                self.stats.write(&c, false);
+            }
             if work {
                 idle_since = None;
                 continue;
@@ -157,10 +165,15 @@ impl Engine {
             // work is seen here.
             self.st.shared.sleeping.store(true, Ordering::SeqCst);
             if self.st.shared.posted.is_empty() && self.cmd_rx.is_empty() {
-                let timeout = self.next_deadline().map(|t| {
+                let mut timeout = self.next_deadline().map(|t| {
                     let now = self.now();
                     if t > now { t - now } else { Duration::ZERO }
                 });
+                if self.stats.dirty {
+                    // Wake once more to publish the last counters of a burst.
+                    let cap = Duration::from_millis(300);
+                    timeout = Some(timeout.map_or(cap, |t| t.min(cap)));
+                }
                 let _ = self.poll.poll(&mut events, timeout);
             }
             self.st.shared.sleeping.store(false, Ordering::SeqCst);
@@ -187,7 +200,14 @@ impl Engine {
             any = true;
             let st = &mut self.st;
             match cmd {
-                Command::Shutdown => return None,
+                Command::Shutdown => {
+                    // Send what is queued (ACKs above all) before going away.
+                    let now = self.now();
+                    self.transmit(now);
+                    let c = self.st.counters();
+                    self.stats.write(&c, true);
+                    return None;
+                }
                 Command::CreateQp { shared, send_cq, recv_cq, reply } => {
                     let qp = Qp::new(shared.qpn, shared.qp_type, shared.pd, shared.caps);
                     st.qps.insert(
@@ -231,21 +251,7 @@ impl Engine {
                     let _ = reply.send(());
                 }
                 Command::Counters(reply) => {
-                    let mut c: Counters = st.shared.retired_counters.lock().clone();
-                    for s in st.qps.values() {
-                        c.add(s.qp.counters());
-                    }
-                    let rx = &st.shared.rx;
-                    let _ = reply.send(DeviceCounters {
-                        qp: c,
-                        rcvd_icrc_err: rx.icrc_err.load(Ordering::Relaxed),
-                        rcvd_malformed: rx.malformed.load(Ordering::Relaxed),
-                        rcvd_unknown_qp: rx.unknown_qp.load(Ordering::Relaxed),
-                        rcvd_bad_source: rx.bad_source.load(Ordering::Relaxed),
-                        icrc_unexpected_id: rx.icrc_unexpected_id.load(Ordering::Relaxed),
-                        send_err: rx.send_err.load(Ordering::Relaxed),
-                        rcvd_ecn_ce: rx.ecn_ce.load(Ordering::Relaxed),
-                    });
+                    let _ = reply.send(st.counters());
                 }
             }
         }
@@ -315,6 +321,18 @@ impl Engine {
 
     /// Builds and sends what the active QPs have, batching equal-sized packets to one peer.
     fn transmit(&mut self, now: Time) -> bool {
+        // Whatever a packet, a post or a timer just gave a QP to send goes out in this turn,
+        // before its completions are published: an application that sees the receive
+        // completion of a message may exit at once, and the ACK must already be gone.
+        for &qpn in &self.st.touched {
+            if let Some(slot) = self.st.qps.get_mut(&qpn)
+                && !slot.active
+                && slot.qp.wants_transmit()
+            {
+                slot.active = true;
+                self.st.active.push_back(qpn);
+            }
+        }
         let Engine { st, backend, tx, .. } = self;
         let shared = st.shared.clone();
         let mrs = shared.mrs.read();
@@ -409,6 +427,53 @@ impl Engine {
     }
 }
 
+/// The file through which a running device publishes its counters to other processes
+/// (`softroce counters` reads it): `name value` lines, rewritten at most four times a second
+/// while the device is busy and at shutdown, replaced atomically (write, then rename).
+struct StatsFile {
+    /// Counters changed since the last write.
+    dirty: bool,
+    path: Option<std::path::PathBuf>,
+    header: String,
+    last: Instant,
+}
+
+impl StatsFile {
+    fn new(shared: &DeviceShared) -> StatsFile {
+        let dir = super::device::counters_dir();
+        let path = std::fs::create_dir_all(&dir)
+            .ok()
+            .map(|_| dir.join(format!("{}-{}-{}.counters", shared.name, shared.ip, std::process::id())));
+        let header = format!(
+            "device {}\nip {}\nnetdev {}\npid {}\n",
+            shared.name,
+            shared.ip,
+            shared.netdev,
+            std::process::id()
+        );
+        StatsFile { dirty: true, path, header, last: Instant::now() - Duration::from_secs(1) }
+    }
+
+    fn due(&self) -> bool {
+        self.path.is_some() && self.last.elapsed() >= Duration::from_millis(250)
+    }
+
+    fn write(&mut self, c: &DeviceCounters, exited: bool) {
+        self.last = Instant::now();
+        self.dirty = false;
+        let Some(path) = &self.path else { return };
+        let mut text = self.header.clone();
+        text.push_str(&format!("state {}\n", if exited { "exited" } else { "running" }));
+        for (k, v) in c.iter() {
+            text.push_str(&format!("{k} {v}\n"));
+        }
+        let tmp = path.with_extension("tmp");
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::rename(&tmp, path);
+        }
+    }
+}
+
 /// A run of packets to one peer waiting in the transmit buffer: `count` packets of `seg`
 /// bytes in `start..end` (the last may be shorter, which closes the run).
 #[derive(Debug)]
@@ -424,6 +489,24 @@ struct Batch {
 }
 
 impl State {
+    fn counters(&self) -> DeviceCounters {
+        let mut c: Counters = self.shared.retired_counters.lock().clone();
+        for s in self.qps.values() {
+            c.add(s.qp.counters());
+        }
+        let rx = &self.shared.rx;
+        DeviceCounters {
+            qp: c,
+            rcvd_icrc_err: rx.icrc_err.load(Ordering::Relaxed),
+            rcvd_malformed: rx.malformed.load(Ordering::Relaxed),
+            rcvd_unknown_qp: rx.unknown_qp.load(Ordering::Relaxed),
+            rcvd_bad_source: rx.bad_source.load(Ordering::Relaxed),
+            icrc_unexpected_id: rx.icrc_unexpected_id.load(Ordering::Relaxed),
+            send_err: rx.send_err.load(Ordering::Relaxed),
+            rcvd_ecn_ce: rx.ecn_ce.load(Ordering::Relaxed),
+        }
+    }
+
     fn modify(&mut self, qpn: u32, attrs: &QpAttrs, local: IpAddr) -> Result<()> {
         let port = self.port;
         let slot = self.qps.get_mut(&qpn).ok_or(Error::NoSuchQp(qpn))?;

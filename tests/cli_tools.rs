@@ -1,0 +1,140 @@
+//! `softroce rc-pingpong`, `devinfo` and `counters` between processes on loopback.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+
+fn softroce() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_softroce"))
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+/// A TCP port per call, distinct across parallel tests.
+fn port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static N: AtomicU16 = AtomicU16::new(0);
+    30000 + (std::process::id() % 5000) as u16 * 4 + N.fetch_add(1, Ordering::Relaxed) % 4
+}
+
+fn pingpong(extra: &[&str], run_dir: &std::path::Path) -> (Output, Output) {
+    let (s, c) = (common::verbs::loopback_ip(), common::verbs::loopback_ip());
+    let p = port().to_string();
+    let server = softroce()
+        .args(["rc-pingpong", "-d", &s, "-p", &p])
+        .args(extra)
+        .env("SOFTROCE_RUN_DIR", run_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let client = softroce()
+        .args(["rc-pingpong", "-d", &c, "-p", &p])
+        .args(extra)
+        .arg(&s)
+        .env("SOFTROCE_RUN_DIR", run_dir)
+        .output()
+        .unwrap();
+    (server.wait_with_output().unwrap(), client)
+}
+
+#[test]
+fn rc_pingpong_pairs_and_prints_rdma_core_lines() {
+    let dir = std::env::temp_dir().join(format!("sr-cli-{}", std::process::id()));
+    for extra in [
+        vec!["-n", "200"],
+        vec!["-n", "50", "-s", "65536", "-m", "4096", "-c", "-g", "1"],
+        vec!["-n", "100", "-s", "1", "-e", "--cpu"],
+    ] {
+        let (s, c) = pingpong(&extra, &dir);
+        assert!(
+            c.status.success() && s.status.success(),
+            "{extra:?}\nclient:\n{}\nserver:\n{}",
+            text(&c),
+            text(&s)
+        );
+        let n: u64 = extra[1].parse().unwrap();
+        let size: u64 = extra.iter().position(|x| *x == "-s").map_or(4096, |i| extra[i + 1].parse().unwrap());
+        for out in [text(&s), text(&c)] {
+            let lines: Vec<&str> = out.lines().collect();
+            assert!(lines[0].starts_with("  local address:  LID 0x0000, QPN 0x"), "{out}");
+            assert!(lines[0].contains(", GID ::ffff:127."), "{out}");
+            assert!(lines[1].starts_with("  remote address: LID 0x0000, QPN 0x"), "{out}");
+            assert!(
+                lines[2].starts_with(&format!("{} bytes in ", 2 * n * size))
+                    && lines[2].ends_with(" Mbit/sec"),
+                "{out}"
+            );
+            assert!(
+                lines[3].starts_with(&format!("{n} iters in ")) && lines[3].ends_with(" usec/iter"),
+                "{out}"
+            );
+            assert!(!out.contains("invalid data"), "{out}");
+        }
+        if extra.contains(&"--cpu") {
+            assert!(text(&c).contains("CPU time "), "{}", text(&c));
+        }
+    }
+    // Both devices published their counters; `counters --all --json` reads them.
+    let o = softroce().args(["counters", "--all", "--json"]).env("SOFTROCE_RUN_DIR", &dir).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let devs = v.as_array().unwrap();
+    assert!(devs.len() >= 6, "{devs:?}");
+    for d in devs {
+        assert_eq!(d["state"], "exited");
+        assert!(d["counters"]["sent_pkts"].as_u64().unwrap() > 0, "{d}");
+        assert!(d["counters"]["rdma_recvs"].as_u64().unwrap() >= 50, "{d}");
+        assert_eq!(d["counters"]["rcvd_icrc_err"], 0);
+    }
+    let o = softroce().args(["counters"]).env("SOFTROCE_RUN_DIR", &dir).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "no running device: {}", text(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn rc_pingpong_errors_are_one_line_with_exit_codes() {
+    let ip = common::verbs::loopback_ip();
+    let o =
+        softroce().args(["rc-pingpong", "-d", &ip, "-p", &port().to_string(), "127.0.0.1"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(
+        text(&o).contains("Couldn't connect to 127.0.0.1:") && text(&o).contains("start the server first"),
+        "{}",
+        text(&o)
+    );
+    let o = softroce().args(["rc-pingpong", "-m", "1000", "127.0.0.1"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = softroce().args(["rc-pingpong", "-d", "192.0.2.250", "127.0.0.1"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(text(&o).contains("no local network interface has address 192.0.2.250"), "{}", text(&o));
+    let o = softroce().args(["rc-pingpong", "-d", "rxe0", "127.0.0.1"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(4));
+    assert!(text(&o).contains("named by the local IP address or network interface"), "{}", text(&o));
+    let o = softroce().args(["rc-pingpong", "-d", &ip, "-g", "7", "127.0.0.1"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(4));
+    assert!(text(&o).contains("GID index 7 is out of range"), "{}", text(&o));
+    let o = softroce().args(["rc-pingpong", "--help"]).output().unwrap();
+    assert!(text(&o).contains("[ibv_rc_pingpong -s]"), "--help names the matching flag");
+}
+
+#[test]
+fn devinfo_shows_port_and_gid_table() {
+    let o = softroce().args(["devinfo", "-v", "-d", "127.0.0.1"]).output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    for want in [
+        "hca_id:\tsoftroce0",
+        "state:\t\t\tPORT_ACTIVE (4)",
+        "max_mtu:\t\t4096 (5)",
+        "active_mtu:\t\t4096 (5)",
+        "link_layer:\t\tEthernet",
+        "GID[  1]:\t\t0000:0000:0000:0000:0000:ffff:7f00:0001, RoCE v2",
+        "max_qp_rd_atom:",
+    ] {
+        assert!(t.contains(want), "{want:?} missing in\n{t}");
+    }
+}
