@@ -152,7 +152,7 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
 
     let me = PingpongDest { lid: 0, qpn: qp.qp_num(), psn: random_psn(), gid: gid.0 };
     let mut text = GidTextBuffer::new();
-    println!("{}", format_local_line(kind, &me, &text.render(&me.gid).to_string()));
+    println!("{}", format_local_line(kind, &me, text.render(&me.gid)));
 
     let peer = match &a.host {
         Some(host) => {
@@ -182,7 +182,7 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
             peer
         }
     };
-    println!("{}", format_remote_line(&peer, &text.render(&peer.gid).to_string()));
+    println!("{}", format_remote_line(&peer, text.render(&peer.gid)));
     let _ = std::io::stdout().flush();
 
     let client = a.host.is_some();
