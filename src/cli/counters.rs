@@ -93,23 +93,23 @@ pub fn run(a: &CountersArgs) -> i32 {
         );
     }
     if a.json {
-        let devs: Vec<String> = shown
+        let devs: Vec<serde_json::Value> = shown
             .iter()
             .map(|p| {
                 let h = |k: &str| p.header.get(k).cloned().unwrap_or_default();
-                let c: Vec<String> = p.counters.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
-                format!(
-                    "{{\"device\":\"{}\",\"ip\":\"{}\",\"netdev\":\"{}\",\"pid\":{},\"state\":\"{}\",\"counters\":{{{}}}}}",
-                    h("device"),
-                    h("ip"),
-                    h("netdev"),
-                    h("pid").parse::<u64>().unwrap_or(0),
-                    h("state"),
-                    c.join(",")
-                )
+                let counters: serde_json::Map<String, serde_json::Value> =
+                    p.counters.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(*v))).collect();
+                serde_json::json!({
+                    "device": h("device"),
+                    "ip": h("ip"),
+                    "netdev": h("netdev"),
+                    "pid": h("pid").parse::<u64>().unwrap_or(0),
+                    "state": h("state"),
+                    "counters": counters,
+                })
             })
             .collect();
-        println!("[{}]", devs.join(","));
+        println!("{}", serde_json::Value::Array(devs));
         return exit::OK;
     }
     for p in &shown {

@@ -10,6 +10,7 @@
 //! and `get_cpu_mhz()`. For nanosecond timestamps use [`NS_PER_SEC`] / [`NS_PER_USEC`]. All
 //! integer truncations of the C code (median and peak in integer cycles, the `int` casts in the
 //! standard deviation) are reproduced in tick units.
+// The UC/UD rows and the per-sample latency dump wait for the tools that print them.
 #![allow(dead_code)]
 
 use crate::cli::oob::perftest::PerftestDest;

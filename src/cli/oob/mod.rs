@@ -13,6 +13,7 @@
 //! * nothing here sets timeouts: the real tools have none. Callers (and tests) that must not wait
 //!   forever set a read timeout on the [`TcpStream`]; an expired timeout becomes
 //!   [`OobError::Timeout`].
+// The UC, UD and SRQ exchanges wait for their tools (uc/ud/srq-pingpong).
 #![allow(dead_code)]
 pub mod perftest;
 pub mod pingpong;
