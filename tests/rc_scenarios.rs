@@ -830,3 +830,73 @@ fn late_ack_after_a_rewind_completes_and_skips_ahead() {
     assert_eq!(d.a_send.len(), 2);
     assert_eq!(d.a.state(), QpState::Rts);
 }
+
+/// Found against kernel rxe (`ib_read_bw -a` at PMTU 1024, 8 MiB READs): rxe serves a QP's
+/// requests one at a time, so after a few retries it still streams responses to *duplicate*
+/// READs long after they stopped mattering. Those stale responses prove the peer alive and
+/// busy; retrying on top of them only lengthens its queue, and used to exhaust `retry_cnt`
+/// (`RETRY_EXC_ERR` with the peer working flat out). Stale responses now defer the local ACK
+/// timer (without restoring the retry budget).
+#[test]
+fn stale_responses_from_a_busy_peer_defer_the_retry_timer() {
+    let mut d = Duo::new(PairConfig { mtu: Mtu::Mtu1024, retry_cnt: 3, ..PairConfig::default() });
+    let data = fill(&d.mb, TGT, TGT_ADDR, 3000, 5);
+    // READ 1 completes; keep its (three) responses to replay them later.
+    d.a.post_send(SendWr::new(1, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(0, 3000)])).unwrap();
+    let req = d.tx_a();
+    d.deliver_b(&req);
+    let old = d.tx_b();
+    assert_eq!(old.len(), 3);
+    d.deliver_a(&old);
+    assert_eq!(d.a_send.len(), 1);
+    // READ 2 is stuck behind the peer's backlog: for 10 timeouts only stale copies of READ 1's
+    // responses arrive, one every half timeout.
+    d.a.post_send(SendWr::new(2, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(4096, 3000)])).unwrap();
+    let req2 = d.tx_a();
+    assert_eq!(req2.len(), 1);
+    let mut resent = 0;
+    for i in 0..20 {
+        d.advance(RTO / 2);
+        d.deliver_a(&[old[i % 3].clone()]);
+        resent += d.tx_a().len();
+    }
+    assert_eq!(d.a.state(), QpState::Rts, "the busy peer is not a dead peer");
+    assert_eq!(resent, 0, "no retry while the peer visibly works through its queue");
+    // The backlog drains; READ 2's request was lost meanwhile: one timeout later it is resent.
+    d.advance(RTO);
+    let again = d.tx_a();
+    assert_eq!(again, req2);
+    d.deliver_b(&again);
+    d.settle();
+    assert_eq!(
+        d.a_send.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(d.ma.get(BUF, BUF_ADDR + 4096, 3000), data);
+}
+
+/// The deferral above is bounded: a peer that replays stale responses forever cannot keep a
+/// request from failing; after 32 timeouts without progress the retries run as usual.
+#[test]
+fn endless_stale_responses_still_end_in_retry_exceeded() {
+    let mut d = Duo::new(PairConfig { mtu: Mtu::Mtu1024, retry_cnt: 2, ..PairConfig::default() });
+    d.a.post_send(SendWr::new(1, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(0, 100)])).unwrap();
+    let req = d.tx_a();
+    d.deliver_b(&req);
+    let old = d.tx_b();
+    d.deliver_a(&old);
+    d.a.post_send(SendWr::new(2, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(0, 100)])).unwrap();
+    d.tx_a();
+    let mut resent = 0;
+    let mut ticks = 0;
+    while d.a.state() == QpState::Rts && ticks < 1000 {
+        d.advance(RTO / 4);
+        d.deliver_a(&old);
+        resent += d.tx_a().len();
+        ticks += 1;
+    }
+    assert_eq!(d.a.state(), QpState::Err);
+    assert_eq!(resent, 2, "both retries went out");
+    assert!((32 * 4..40 * 4).contains(&ticks), "gave up after {ticks} quarter timeouts");
+    assert_eq!(d.a_send[1].status, WcStatus::RetryExcErr);
+}

@@ -31,6 +31,9 @@ enum CompSt {
     Exit,
 }
 
+/// How many local ACK timeouts stale responses may defer a retry by (see `run_completer`).
+const BUSY_PATIENCE: u32 = 32;
+
 impl Qp {
     /// Every packet of the WQE went out at least once: a cumulative ACK may complete it, even
     /// if a go-back-N rewind has put it back to resending (state `Processing`).
@@ -89,6 +92,9 @@ impl Qp {
         let psn_before = self.comp.psn;
         let mut st = start;
         let mut dropped = true;
+        // A stale or early response (a duplicate of something already acknowledged, or a READ
+        // response beyond a gap): the peer is alive and working through its queue.
+        let mut peer_busy = false;
         loop {
             st = match st {
                 CompSt::GetWqe => match self.sq.front().map(|w| w.state) {
@@ -131,10 +137,12 @@ impl Qp {
                         if psn == w.last_psn && sent && !w.wr.op.is_read_or_atomic() {
                             CompSt::CompAck
                         } else {
+                            peer_busy = true;
                             CompSt::Done
                         }
                     } else if psn.is_after(self.comp.psn) && w.wr.op.is_read_or_atomic() {
                         // An out-of-order READ response or atomic ACK: recovery by timeout.
+                        peer_busy = true;
                         CompSt::Done
                     } else {
                         CompSt::CheckAck
@@ -271,7 +279,21 @@ impl Qp {
         }
         let progressed = self.comp.psn != psn_before || self.sq.is_empty();
         let timer_lapsed = timeout && self.retransmit_at.is_none() && !self.req.wait_rnr;
-        if progressed || timer_lapsed {
+        // A peer that still sends stale responses is busy, not gone (kernel rxe answers a QP's
+        // requests one at a time and replays every duplicate READ in full): retrying now would
+        // only queue behind them, so the timer restarts, though the retry budget does not.
+        // The patience is bounded (a peer that replays stale responses forever must not keep
+        // a request from ever failing): at most BUSY_PATIENCE timeouts without progress.
+        if progressed {
+            self.comp.busy_since = None;
+        }
+        let deferred = peer_busy
+            && self.retransmit_at.is_some()
+            && self.retransmit_interval().is_some_and(|rto| {
+                let since = *self.comp.busy_since.get_or_insert(now);
+                now - since < rto * BUSY_PATIENCE
+            });
+        if progressed || timer_lapsed || deferred {
             self.rearm_retransmit(now);
         }
         // After a rewind, a late cumulative ACK can acknowledge what the requester is about to

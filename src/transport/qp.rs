@@ -424,6 +424,8 @@ pub(crate) struct CompState {
     pub rnr_retry: u8,
     /// A retry is under way; duplicate NAKs do not start another.
     pub started_retry: bool,
+    /// Since when stale responses have been deferring the local ACK timer without progress.
+    pub busy_since: Option<Time>,
 }
 
 /// A queue pair as a sans-IO state machine.
