@@ -232,7 +232,7 @@ fn parse_hello(f: &[String]) -> Hello {
 
 /// Device, PD, CQ, QP and one MR of 4 KiB-aligned regions.
 struct Res {
-    _dev: Device,
+    dev: Device,
     _pd: ProtectionDomain,
     cq: CompletionQueue,
     qp: QueuePair,
@@ -253,7 +253,7 @@ impl Res {
         let mr = pd.alloc_mr(region * 6, access).unwrap_or_else(|e| die(e));
         qp.modify(&QpAttrs::init(Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC))
             .unwrap_or_else(|e| die(e));
-        Res { _dev: dev, _pd: pd, cq, qp, mr, region }
+        Res { dev, _pd: pd, cq, qp, mr, region }
     }
 
     fn connect(&self, peer: &Hello, gid_index: u8, mtu: Mtu, psn: u32) {
@@ -497,6 +497,8 @@ fn client(args: &Args, target: &str) -> i32 {
     if e2 != end {
         die(format!("server ended with {e2:?}"));
     }
+    // Stay until the peer is silent: it may still resend something whose ACK it missed.
+    let _ = res.dev.wait_quiet(Duration::from_millis(200), Duration::from_secs(2));
     finish(nok)
 }
 
@@ -682,6 +684,7 @@ fn server(args: &Args) -> i32 {
         die(format!("client ended with {e1:?}, expected {end:?}"));
     }
     ch.send(&end);
+    let _ = res.dev.wait_quiet(Duration::from_millis(200), Duration::from_secs(2));
     finish(nok)
 }
 

@@ -138,3 +138,31 @@ fn devinfo_shows_port_and_gid_table() {
         assert!(t.contains(want), "{want:?} missing in\n{t}");
     }
 }
+
+#[test]
+fn json_outputs_parse() {
+    let o = softroce().args(["devinfo", "-d", "127.0.0.1", "--json"]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["hca_id"], "softroce0");
+    assert_eq!(v["port"]["state"], "PORT_ACTIVE");
+    assert_eq!(v["port"]["active_mtu"], 4096);
+    assert_eq!(v["gids"][1]["gid"], "0000:0000:0000:0000:0000:ffff:7f00:0001");
+    assert!(v["limits"]["max_qp"].as_u64().unwrap() > 0);
+
+    let dir = std::env::temp_dir().join(format!("sr-cli-json-{}", std::process::id()));
+    let (s, c) = pingpong(&["-n", "40", "-s", "8192", "-c", "--json"], &dir);
+    assert!(s.status.success() && c.status.success(), "{}\n{}", text(&s), text(&c));
+    let sv: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
+    let cv: serde_json::Value = serde_json::from_slice(&c.stdout).unwrap();
+    assert_eq!(sv["role"], "server");
+    assert_eq!(cv["role"], "client");
+    assert_eq!(sv["local"], cv["remote"]);
+    assert_eq!(sv["remote"], cv["local"]);
+    assert_eq!(cv["bytes"], 2 * 40 * 8192);
+    assert_eq!(sv["data_check"], "ok");
+    assert!(cv["usec_per_iter"].as_f64().unwrap() > 0.0);
+    // The rdma-core lines moved to stderr.
+    assert!(String::from_utf8_lossy(&c.stderr).contains("iters in"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

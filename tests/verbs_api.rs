@@ -229,3 +229,29 @@ fn in_memory_network_with_loss() {
     assert!(c.rcvd_icrc_err > 0, "corrupted packets are caught by the ICRC: {c:?}");
     assert!(a.dev.counters().unwrap().qp.completer_retry_err > 0);
 }
+
+#[test]
+fn wait_quiet_waits_for_the_peer_to_stop_talking() {
+    let (a, b) = udp_pair(1 << 20, Mtu::Mtu1024);
+    // Nothing arrives: quiet after `quiet`.
+    let t = std::time::Instant::now();
+    assert!(a.dev.wait_quiet(Duration::from_millis(50), Duration::from_secs(5)).unwrap());
+    assert!(t.elapsed() >= Duration::from_millis(50));
+    // b writes into a for 600 ms: meanwhile a never goes quiet for 100 ms.
+    let (addr, rkey) = (a.mr.addr(), a.mr.rkey());
+    let writer = std::thread::spawn(move || {
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_millis(600) {
+            let wr = SendWr::new(1, SendOp::RdmaWrite(RemoteAddr { addr, rkey }), &[b.mr.sge(0, 4096)]);
+            b.qp.post_send(wr).unwrap();
+            assert_eq!(b.wait().status, WcStatus::Success);
+        }
+        b
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!a.dev.wait_quiet(Duration::from_millis(100), Duration::from_millis(300)).unwrap());
+    let _b = writer.join().unwrap();
+    let t = std::time::Instant::now();
+    assert!(a.dev.wait_quiet(Duration::from_millis(80), Duration::from_secs(5)).unwrap());
+    assert!(t.elapsed() < Duration::from_secs(1));
+}

@@ -203,3 +203,17 @@ pub fn random_psn() -> u32 {
     );
     h.finish() as u32 & 0xff_ffff
 }
+
+/// How long a finished tool keeps its device answering after the peer's last packet, and at
+/// most how long it waits for that (see [`Device::wait_quiet`]): longer than rdma-core's and
+/// perftest's ACK timeout (code 14, 67 ms) plus a slow peer's round trip.
+pub const LINGER_QUIET: Duration = Duration::from_millis(200);
+/// See [`LINGER_QUIET`].
+pub const LINGER_LIMIT: Duration = Duration::from_secs(2);
+
+/// Keeps the device answering until the peer has been silent for [`LINGER_QUIET`], so that a
+/// peer whose last ACK was lost (or not acted on: seen once with kernel rxe in the interop
+/// matrix) gets its retransmission acknowledged instead of retrying forever.
+pub fn linger(dev: &Device) {
+    let _ = dev.wait_quiet(LINGER_QUIET, LINGER_LIMIT);
+}

@@ -17,6 +17,9 @@ pub struct DevinfoArgs {
     /// Print all attributes, the limits and the GID table [ibv_devinfo -v]
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
+    /// Print everything -v shows as one JSON object instead [softroce only]
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn mtu_line(m: softroce::verbs::Mtu) -> String {
@@ -30,8 +33,67 @@ pub fn run(a: &DevinfoArgs) -> i32 {
         Ok(i) => i,
         Err(e) => return report("devinfo", &CliError::from(e)),
     };
-    print!("{}", render(&info, a.verbose));
+    if a.json {
+        println!("{}", to_json(&info));
+    } else {
+        print!("{}", render(&info, a.verbose));
+    }
     exit::OK
+}
+
+/// Everything `render(.., true)` shows, as JSON.
+pub fn to_json(i: &DeviceInfo) -> serde_json::Value {
+    let a = &i.attr;
+    let p = &i.port;
+    serde_json::json!({
+        "hca_id": i.name,
+        "ip": i.ip.to_string(),
+        "fw_ver": a.fw_ver,
+        "node_guid": format!("{:016x}", a.node_guid),
+        "vendor_id": a.vendor_id,
+        "vendor_part_id": a.vendor_part_id,
+        "phys_port_cnt": a.phys_port_cnt,
+        "limits": {
+            "max_mr_size": a.max_mr_size,
+            "page_size_cap": a.page_size_cap,
+            "max_qp": a.max_qp,
+            "max_qp_wr": a.max_qp_wr,
+            "max_sge": a.max_sge,
+            "max_cq": a.max_cq,
+            "max_cqe": a.max_cqe,
+            "max_mr": a.max_mr,
+            "max_pd": a.max_pd,
+            "max_qp_rd_atom": a.max_qp_rd_atom,
+            "max_qp_init_rd_atom": a.max_qp_init_rd_atom,
+            "max_srq": a.max_srq,
+            "max_srq_wr": a.max_srq_wr,
+            "max_srq_sge": a.max_srq_sge,
+            "max_ah": a.max_ah,
+            "max_inline_data": a.max_inline_data,
+            "atomic_cap": a.atomic_cap.to_string(),
+        },
+        "port": {
+            "port": 1,
+            "state": match p.state {
+                PortState::Active => "PORT_ACTIVE",
+                PortState::Down => "PORT_DOWN",
+            },
+            "max_mtu": p.max_mtu.bytes(),
+            "active_mtu": p.active_mtu.bytes(),
+            "lid": p.lid,
+            "link_layer": p.link_layer.to_string(),
+            "max_msg_sz": p.max_msg_sz,
+            "port_cap_flags": p.port_cap_flags,
+            "gid_tbl_len": p.gid_tbl_len,
+            "netdev": p.netdev,
+            "netdev_mtu": p.netdev_mtu,
+        },
+        "gids": i.gids.iter().enumerate().map(|(k, g)| serde_json::json!({
+            "index": k,
+            "gid": g.to_ibv_string(),
+            "type": "RoCE v2",
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// The text `ibv_devinfo [-v]` would print for this device.

@@ -16,7 +16,7 @@ use std::net::{TcpListener, TcpStream};
 
 use softroce::verbs::{Device, Gid, Mtu};
 
-use crate::cli::common::{CliError, exit, open_device, report};
+use crate::cli::common::{CliError, exit, linger, open_device, report};
 use crate::cli::oob::perftest::{
     KeyFormat, LocalParams, PerftestDest, PerftestTest, RunMode, SessionConfig, SessionError, SessionOutcome,
     run_session,
@@ -128,6 +128,7 @@ fn run_test(args: &PerfArgs) -> Result<(), CliError> {
         let _ = writeln!(o, "{}", doc);
         let _ = o.flush();
     }
+    linger(runner.device());
     Ok(())
 }
 

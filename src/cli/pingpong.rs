@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use softroce::verbs::*;
 
-use super::common::{CliError, Progress, cpu_time, exit, open_device, random_psn, report};
+use super::common::{CliError, Progress, cpu_time, exit, linger, open_device, random_psn, report};
 use super::oob::pingpong::{
     GidTextBuffer, PingpongDest, PingpongKind, client_exchange, format_bytes_line, format_iters_line,
     format_local_line, format_remote_line, server_read_remote, server_reply,
@@ -83,6 +83,10 @@ pub struct PingpongArgs {
     /// Also print the CPU time this side used
     #[arg(long)]
     pub cpu: bool,
+    /// Print the result as one JSON object on stdout (addresses, bytes, times, CPU time,
+    /// the -c verdict); the usual lines then go to stderr [softroce only]
+    #[arg(long)]
+    pub json: bool,
     /// The server to connect to (without it: be the server)
     pub host: Option<String>,
 }
@@ -120,6 +124,14 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
         return Err(CliError::usage("-r and -n must be at least 1"));
     }
     let size = a.size as usize;
+    // The rdma-core lines: stdout, or stderr when stdout carries JSON.
+    let say = |line: &str| {
+        if a.json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
 
     let dev = open_device(a.dev.as_deref(), a.host.as_deref())?;
     let gid_index = a.gid_idx.unwrap_or_else(|| dev.default_gid_index());
@@ -152,7 +164,7 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
 
     let me = PingpongDest { lid: 0, qpn: qp.qp_num(), psn: random_psn(), gid: gid.0 };
     let mut text = GidTextBuffer::new();
-    println!("{}", format_local_line(kind, &me, text.render(&me.gid)));
+    say(&format_local_line(kind, &me, text.render(&me.gid)));
 
     let peer = match &a.host {
         Some(host) => {
@@ -182,7 +194,7 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
             peer
         }
     };
-    println!("{}", format_remote_line(&peer, text.render(&peer.gid)));
+    say(&format_remote_line(&peer, text.render(&peer.gid)));
     let _ = std::io::stdout().flush();
 
     let client = a.host.is_some();
@@ -279,17 +291,18 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
     progress.finish();
     let usec = elapsed.as_micros() as i64;
     let stats = compute_pingpong_stats(a.size, a.iters, usec);
-    println!("{}", format_bytes_line(&stats));
-    println!("{}", format_iters_line(&stats));
+    say(&format_bytes_line(&stats));
+    say(&format_iters_line(&stats));
+    let cpu = cpu_time().saturating_sub(cpu0);
     if a.cpu {
-        let cpu = cpu_time().saturating_sub(cpu0);
-        println!(
+        say(&format!(
             "CPU time {:.2} s ({:.0}% of {:.2} s)",
             cpu.as_secs_f64(),
             100.0 * cpu.as_secs_f64() / elapsed.as_secs_f64().max(1e-9),
             elapsed.as_secs_f64()
-        );
+        ));
     }
+    linger(&dev);
     if std::env::var_os("SOFTROCE_PRINT_COUNTERS").is_some() {
         let c = dev.counters()?;
         eprintln!(
@@ -297,17 +310,37 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
             c.iter().filter(|(_, v)| *v > 0).map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
         );
     }
+    let mut bad_pages = Vec::new();
     if a.chk && !client {
-        let mut bad = false;
         for i in (0..size).step_by(PAGE) {
             if mr.load_u8(i).unwrap_or(1) != 0 {
-                println!("invalid data in page {}", i / PAGE);
-                bad = true;
+                say(&format!("invalid data in page {}", i / PAGE));
+                bad_pages.push(i / PAGE);
             }
         }
-        if bad {
-            return Err(CliError::failed("received data failed the -c check"));
-        }
+    }
+    if a.json {
+        let dest = |d: &PingpongDest| serde_json::json!({ "lid": d.lid, "qpn": d.qpn, "psn": d.psn, "gid": Gid(d.gid).to_string() });
+        let doc = serde_json::json!({
+            "tool": "softroce rc-pingpong",
+            "role": if client { "client" } else { "server" },
+            "local": dest(&me),
+            "remote": dest(&peer),
+            "size": a.size,
+            "mtu": mtu.bytes(),
+            "iters": stats.iters,
+            "bytes": stats.bytes,
+            "seconds": stats.seconds,
+            "mbit_per_sec": stats.mbit_per_sec,
+            "usec_per_iter": stats.usec_per_iter,
+            "cpu_seconds": cpu.as_secs_f64(),
+            "data_check": if !a.chk || client { "not checked" } else if bad_pages.is_empty() { "ok" } else { "bad" },
+            "bad_pages": bad_pages,
+        });
+        println!("{doc}");
+    }
+    if !bad_pages.is_empty() {
+        return Err(CliError::failed("received data failed the -c check"));
     }
     Ok(())
 }

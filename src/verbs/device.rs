@@ -548,6 +548,40 @@ impl Device {
     pub fn counters(&self) -> Result<DeviceCounters> {
         self.shared.call(Command::Counters)
     }
+
+    /// Waits until no packet has arrived for `quiet`, or `limit` has passed; returns whether
+    /// the device went quiet.
+    ///
+    /// Call it before a program ends whose peer may still be retransmitting. When the last
+    /// acknowledgement of a conversation is lost (or, as seen once with kernel rxe, received
+    /// and not acted on), the peer resends the message after its ACK timeout; a device that
+    /// still exists acknowledges the duplicate, one that is gone leaves the peer retrying until
+    /// `retry_cnt` runs out, which kernel rxe never does with `retry_cnt` 7. Like TCP's
+    /// TIME-WAIT, but bounded by `limit`.
+    pub fn wait_quiet(&self, quiet: std::time::Duration, limit: std::time::Duration) -> Result<bool> {
+        let received = |c: &DeviceCounters| {
+            c.qp.rcvd_pkts + c.rcvd_icrc_err + c.rcvd_malformed + c.rcvd_unknown_qp + c.rcvd_bad_source
+        };
+        let start = std::time::Instant::now();
+        let mut last = received(&self.counters()?);
+        let mut since = start;
+        let step =
+            (quiet / 8).clamp(std::time::Duration::from_millis(1), std::time::Duration::from_millis(20));
+        loop {
+            if since.elapsed() >= quiet {
+                return Ok(true);
+            }
+            if start.elapsed() >= limit {
+                return Ok(false);
+            }
+            std::thread::sleep(step);
+            let now = received(&self.counters()?);
+            if now != last {
+                last = now;
+                since = std::time::Instant::now();
+            }
+        }
+    }
 }
 
 /// The directory where running devices publish their counters: `$SOFTROCE_RUN_DIR`, else
