@@ -518,7 +518,7 @@ cmd_capture_start() {
     rm -f "$PCAPS/$name.pcap"
     # tcpdump must be a process we can signal directly: ip netns exec and
     # setsid both exec, so $! is tcpdump itself. -Z root: write as root.
-    setsid ip netns exec "$NS" tcpdump -i br0 -n -U -s 0 -Z root -w "$PCAPS/$name.pcap" "$filter" \
+    setsid ip netns exec "$NS" tcpdump -i br0 -n -U -B 32768 -s 0 -Z root -w "$PCAPS/$name.pcap" "$filter" \
         </dev/null >/dev/null 2>"$RUN/capture.$name.log" &
     echo $! > "$RUN/capture.$name.pid"
     for i in $(seq 300); do
