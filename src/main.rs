@@ -20,6 +20,12 @@ enum Command {
     Perf(cli::perf::PerfArgs),
     /// RC ping-pong, paired with rdma-core's ibv_rc_pingpong in either role.
     RcPingpong(cli::pingpong::PingpongArgs),
+    /// UC ping-pong, paired with rdma-core's ibv_uc_pingpong in either role.
+    UcPingpong(cli::pingpong::PingpongArgs),
+    /// UD ping-pong, paired with rdma-core's ibv_ud_pingpong in either role.
+    UdPingpong(cli::pingpong::UdPingpongArgs),
+    /// RC ping-pong over many QPs sharing one receive queue, paired with ibv_srq_pingpong.
+    SrqPingpong(cli::pingpong::SrqPingpongArgs),
     /// Device, port, GID table and limits, like ibv_devinfo -v.
     Devinfo(cli::devinfo::DevinfoArgs),
     /// The hw_counters of running softroce devices (from another process).
@@ -32,6 +38,9 @@ fn main() {
         Command::Dump(a) => cli::dump::run(a),
         Command::Perf(a) => cli::perf::run(a),
         Command::RcPingpong(a) => cli::pingpong::run(a),
+        Command::UcPingpong(a) => cli::pingpong::run_uc(a),
+        Command::UdPingpong(a) => cli::pingpong::run_ud(a),
+        Command::SrqPingpong(a) => cli::pingpong::run_srq(a),
         Command::Devinfo(a) => cli::devinfo::run(a),
         Command::Counters(a) => cli::counters::run(a),
     };

@@ -1,5 +1,6 @@
-//! `softroce rc-pingpong`: rdma-core's `ibv_rc_pingpong`, with its flags, defaults, output
-//! lines and out-of-band TCP exchange, so that it pairs with the real tool in either role
+//! `softroce rc-pingpong`, `uc-pingpong`, `ud-pingpong` and `srq-pingpong`: rdma-core's
+//! `ibv_{rc,uc,ud,srq}_pingpong`, with their flags, defaults, output lines and out-of-band TCP
+//! exchange, so that each pairs with the real tool in either role
 //! (docs/interop/oob-exchange.md part A is the specification followed here).
 
 use std::io::Write;
@@ -10,8 +11,9 @@ use softroce::verbs::*;
 
 use super::common::{CliError, Progress, cpu_time, exit, linger, open_device, random_psn, report};
 use super::oob::pingpong::{
-    GidTextBuffer, PingpongDest, PingpongKind, client_exchange, format_bytes_line, format_iters_line,
-    format_local_line, format_remote_line, server_read_remote, server_reply,
+    GidTextBuffer, PingpongDest, PingpongKind, SRQ_MAX_QPS, client_exchange, format_bytes_line,
+    format_iters_line, format_local_line, format_remote_line, server_read_remote, server_reply,
+    srq_client_exchange, srq_server_read_remote, srq_server_reply,
 };
 use super::report::compute_pingpong_stats;
 
@@ -23,6 +25,10 @@ const SEND_WRID: u64 = 2;
 const SPIN: Duration = Duration::from_micros(50);
 /// The page size the `-c` check uses.
 const PAGE: usize = 4096;
+/// The Q_Key of `ibv_ud_pingpong`.
+const UD_QKEY: u32 = 0x1111_1111;
+/// The GRH area at the start of a UD receive buffer.
+const GRH: usize = GRH_LEN;
 
 /// Arguments of `softroce rc-pingpong` (the flags of `ibv_rc_pingpong`).
 #[derive(clap::Args, Debug)]
@@ -91,15 +97,130 @@ pub struct PingpongArgs {
     pub host: Option<String>,
 }
 
+/// Arguments of `softroce ud-pingpong` (the flags of `ibv_ud_pingpong`: no `-m`, the path MTU
+/// is the port's; default size 1024).
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Start the server first, then the client with the server's host name or address.\n\
+The message size must fit the port's active MTU (softroce devinfo); both sides need -g on RoCE.")]
+pub struct UdPingpongArgs {
+    /// Listen on/connect to TCP port PORT [ibv_ud_pingpong -p]
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    pub port: u16,
+    /// Local IP address or network interface of the softroce device [ibv_ud_pingpong -d]
+    #[arg(short = 'd', long = "ib-dev")]
+    pub dev: Option<String>,
+    /// Port of the device (only 1) [ibv_ud_pingpong -i]
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u8,
+    /// Size of the message to exchange, at most the active MTU [ibv_ud_pingpong -s]
+    #[arg(short = 's', long = "size", default_value_t = 1024)]
+    pub size: u32,
+    /// Number of receives to post at a time [ibv_ud_pingpong -r]
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    pub rx_depth: u32,
+    /// Number of exchanges [ibv_ud_pingpong -n]
+    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
+    pub iters: u32,
+    /// Service level [ibv_ud_pingpong -l]
+    #[arg(short = 'l', long = "sl", default_value_t = 0)]
+    pub sl: u8,
+    /// Sleep on CQ events instead of polling [ibv_ud_pingpong -e]
+    #[arg(short = 'e', long = "events", action = clap::ArgAction::Count)]
+    pub events: u8,
+    /// Local port GID index [ibv_ud_pingpong -g]
+    #[arg(short = 'g', long = "gid-idx")]
+    pub gid_idx: Option<u8>,
+    /// Validate the received buffer [ibv_ud_pingpong -c]
+    #[arg(short = 'c', long = "chk")]
+    pub chk: bool,
+    /// Also print the CPU time this side used
+    #[arg(long)]
+    pub cpu: bool,
+    /// Print the result as one JSON object on stdout [softroce only]
+    #[arg(long)]
+    pub json: bool,
+    /// The server to connect to (without it: be the server)
+    pub host: Option<String>,
+}
+
+/// Arguments of `softroce srq-pingpong` (the flags of `ibv_srq_pingpong`).
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Start the server first, then the client with the server's host name or address.\n\
+-q, -s and -n must be the same on both sides (they are not exchanged); -n counts exchanges over all QPs.")]
+pub struct SrqPingpongArgs {
+    #[command(flatten)]
+    pub common: PingpongArgs,
+    /// Number of QPs sharing the receive queue (1..=255) [ibv_srq_pingpong -q]
+    #[arg(short = 'q', long = "num-qp", default_value_t = 16)]
+    pub num_qp: u32,
+}
+
 /// Runs `softroce rc-pingpong`.
 pub fn run(a: &PingpongArgs) -> i32 {
-    match pingpong(a, PingpongKind::Rc) {
+    match pingpong(a, PingpongKind::Rc, 1) {
         Ok(()) => exit::OK,
         Err(e) => report("rc-pingpong", &e),
     }
 }
 
-fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), CliError> {
+/// Runs `softroce uc-pingpong`.
+pub fn run_uc(a: &PingpongArgs) -> i32 {
+    match pingpong(a, PingpongKind::Uc, 1) {
+        Ok(()) => exit::OK,
+        Err(e) => report("uc-pingpong", &e),
+    }
+}
+
+/// Runs `softroce srq-pingpong`.
+pub fn run_srq(a: &SrqPingpongArgs) -> i32 {
+    match pingpong(&a.common, PingpongKind::Srq, a.num_qp) {
+        Ok(()) => exit::OK,
+        Err(e) => report("srq-pingpong", &e),
+    }
+}
+
+/// Runs `softroce ud-pingpong`.
+pub fn run_ud(u: &UdPingpongArgs) -> i32 {
+    let a = PingpongArgs {
+        port: u.port,
+        dev: u.dev.clone(),
+        ib_port: u.ib_port,
+        size: u.size,
+        mtu: 1024, // unused: UD takes the port's MTU
+        rx_depth: u.rx_depth,
+        iters: u.iters,
+        sl: u.sl,
+        events: u.events,
+        gid_idx: u.gid_idx,
+        odp: false,
+        iodp: false,
+        prefetch: false,
+        ts: false,
+        chk: u.chk,
+        dm: false,
+        new_send: false,
+        cpu: u.cpu,
+        json: u.json,
+        host: u.host.clone(),
+    };
+    match pingpong(&a, PingpongKind::Ud, 1) {
+        Ok(()) => exit::OK,
+        Err(e) => report("ud-pingpong", &e),
+    }
+}
+
+fn tool_name(kind: PingpongKind) -> &'static str {
+    match kind {
+        PingpongKind::Rc => "rc",
+        PingpongKind::Uc => "uc",
+        PingpongKind::Ud => "ud",
+        PingpongKind::Srq => "srq",
+    }
+}
+
+fn pingpong(a: &PingpongArgs, kind: PingpongKind, num_qp: u32) -> std::result::Result<(), CliError> {
+    let ud = kind == PingpongKind::Ud;
+    let tool = tool_name(kind);
     // What rdma-core's tool says on rxe, where these features are missing too.
     if a.odp || a.iodp {
         return Err(CliError::usage(
@@ -115,7 +236,7 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
     if a.dm {
         return Err(CliError::usage("Device doesn't support dm allocation"));
     }
-    let mtu = Mtu::from_bytes(a.mtu)
+    Mtu::from_bytes(a.mtu)
         .ok_or_else(|| CliError::usage(format!("invalid MTU {} (256, 512, 1024, 2048 or 4096)", a.mtu)))?;
     if a.ib_port != 1 {
         return Err(CliError::usage("softroce devices have one port: -i 1"));
@@ -123,7 +244,21 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
     if a.rx_depth == 0 || a.iters == 0 {
         return Err(CliError::usage("-r and -n must be at least 1"));
     }
+    if kind == PingpongKind::Srq && (num_qp == 0 || num_qp as usize > SRQ_MAX_QPS) {
+        return Err(CliError::usage(format!("num_qp {num_qp} must be less than {}", SRQ_MAX_QPS + 1)));
+    }
+    if kind == PingpongKind::Srq && num_qp > a.rx_depth {
+        return Err(CliError::usage(format!(
+            "rx_depth {} is too small for {num_qp} QPs -- must have at least one receive per QP.",
+            a.rx_depth
+        )));
+    }
+    if kind == PingpongKind::Srq && a.size == 0 {
+        return Err(CliError::usage("-s must be at least 1"));
+    }
     let size = a.size as usize;
+    // UD: the first 40 bytes of every receive are the GRH area; sends go from after it.
+    let off = if ud { GRH } else { 0 };
     // The rdma-core lines: stdout, or stderr when stdout carries JSON.
     let say = |line: &str| {
         if a.json {
@@ -134,6 +269,12 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
     };
 
     let dev = open_device(a.dev.as_deref(), a.host.as_deref())?;
+    if ud && a.size > dev.query_port().active_mtu.bytes() {
+        return Err(CliError::usage(format!(
+            "Requested size larger than port MTU ({})",
+            dev.query_port().active_mtu.bytes()
+        )));
+    }
     let gid_index = a.gid_idx.unwrap_or_else(|| dev.default_gid_index());
     let gid = dev.gid(gid_index).map_err(|_| {
         CliError::setup(format!(
@@ -143,8 +284,19 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
         ))
     })?;
     let pd = dev.alloc_pd()?;
-    let cq = dev.create_cq(a.rx_depth as usize + 1)?;
-    let mut init = QpInitAttr::rc(&cq, &cq);
+    let nqp = num_qp as usize;
+    let cq = dev.create_cq(a.rx_depth as usize + nqp)?;
+    let srq = if kind == PingpongKind::Srq {
+        Some(pd.create_srq(&SrqInitAttr { max_wr: a.rx_depth, max_sge: 1, srq_limit: 0 })?)
+    } else {
+        None
+    };
+    let qp_type = match kind {
+        PingpongKind::Uc => QpType::Uc,
+        PingpongKind::Ud => QpType::Ud,
+        PingpongKind::Rc | PingpongKind::Srq => QpType::Rc,
+    };
+    let mut init = QpInitAttr::new(qp_type, &cq, &cq);
     init.cap = QpCaps {
         max_send_wr: 1,
         max_recv_wr: a.rx_depth,
@@ -152,31 +304,56 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    let qp = pd.create_qp(&init)?;
-    let mr = pd.alloc_mr(size.max(1), Access::LOCAL_WRITE)?;
-    mr.fill(0, size, 0x7b).map_err(|e| CliError::failed(e.to_string()))?;
-    qp.modify(&QpAttrs::init(Access::NONE))?;
-    let recv = || RecvWr::new(RECV_WRID, &[mr.sge(0, a.size)]);
+    init.srq = srq.as_ref();
+    let qps = (0..nqp).map(|_| pd.create_qp(&init)).collect::<Result<Vec<_>>>()?;
+    let mr = pd.alloc_mr((size + off).max(1), Access::LOCAL_WRITE)?;
+    // rc, uc and ud fill the buffer with 0x7b; srq leaves it zero.
+    if kind != PingpongKind::Srq {
+        mr.fill(0, size + off, 0x7b).map_err(|e| CliError::failed(e.to_string()))?;
+    }
+    for qp in &qps {
+        if ud {
+            qp.modify(&QpAttrs::init_ud(UD_QKEY))?;
+        } else {
+            qp.modify(&QpAttrs::init(Access::NONE))?;
+        }
+    }
+    let recv = || RecvWr::new(RECV_WRID, &[mr.sge(0, a.size + off as u32)]);
+    let post_recv = || match &srq {
+        Some(srq) => srq.post_recv(recv()),
+        None => qps[0].post_recv(recv()),
+    };
     for _ in 0..a.rx_depth {
-        qp.post_recv(recv()).map_err(|e| CliError::failed(format!("Couldn't post receive ({e})")))?;
+        post_recv().map_err(|e| CliError::failed(format!("Couldn't post receive ({e})")))?;
     }
     let mut routs = a.rx_depth;
 
-    let me = PingpongDest { lid: 0, qpn: qp.qp_num(), psn: random_psn(), gid: gid.0 };
     let mut text = GidTextBuffer::new();
-    say(&format_local_line(kind, &me, text.render(&me.gid)));
+    let me: Vec<PingpongDest> = qps
+        .iter()
+        .map(|qp| PingpongDest { lid: 0, qpn: qp.qp_num(), psn: random_psn(), gid: gid.0 })
+        .collect();
+    for d in &me {
+        say(&format_local_line(kind, d, text.render(&d.gid)));
+    }
 
-    let peer = match &a.host {
+    let connect_err = |e: std::io::Error, host: &str| {
+        CliError::network(format!(
+            "Couldn't connect to {host}:{} ({e}): start the server first (softroce {tool}-pingpong or ibv_{tool}_pingpong -g N), and check -p",
+            a.port
+        ))
+    };
+    let ah;
+    let peers: Vec<PingpongDest> = match &a.host {
         Some(host) => {
-            let mut s = TcpStream::connect((host.as_str(), a.port)).map_err(|e| {
-                CliError::network(format!(
-                    "Couldn't connect to {host}:{} ({e}): start the server first (softroce rc-pingpong or ibv_rc_pingpong -g N), and check -p",
-                    a.port
-                ))
-            })?;
-            let peer = client_exchange(&mut s, &me).map_err(|e| CliError::network(e.to_string()))?;
-            connect(&dev, &qp, &peer, gid_index, mtu, a.sl, me.psn)?;
-            peer
+            let mut s = TcpStream::connect((host.as_str(), a.port)).map_err(|e| connect_err(e, host))?;
+            let peers = if kind == PingpongKind::Srq {
+                srq_client_exchange(&mut s, &me).map_err(|e| CliError::network(e.to_string()))?
+            } else {
+                vec![client_exchange(&mut s, &me[0]).map_err(|e| CliError::network(e.to_string()))?]
+            };
+            ah = connect_all(&dev, &pd, &qps, kind, &peers, gid_index, a, &me)?;
+            peers
         }
         None => {
             let listener = super::oob::pingpong::listen(a.port).map_err(|e| {
@@ -187,52 +364,73 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
             })?;
             let mut s = super::oob::accept_one(listener)
                 .map_err(|e| CliError::network(format!("accept() failed: {e}")))?;
-            let peer = server_read_remote(&mut s).map_err(|e| CliError::network(e.to_string()))?;
             // The peer may send the moment it reads our reply: be ready before replying.
-            connect(&dev, &qp, &peer, gid_index, mtu, a.sl, me.psn)?;
-            server_reply(&mut s, &me).map_err(|e| CliError::network(e.to_string()))?;
-            peer
+            if kind == PingpongKind::Srq {
+                let peers = srq_server_read_remote(&mut s).map_err(|e| CliError::network(e.to_string()))?;
+                ah = connect_all(&dev, &pd, &qps, kind, &peers, gid_index, a, &me)?;
+                srq_server_reply(&mut s, &me).map_err(|e| CliError::network(e.to_string()))?;
+                peers
+            } else {
+                let peers = vec![server_read_remote(&mut s).map_err(|e| CliError::network(e.to_string()))?];
+                ah = connect_all(&dev, &pd, &qps, kind, &peers, gid_index, a, &me)?;
+                server_reply(&mut s, &me[0]).map_err(|e| CliError::network(e.to_string()))?;
+                peers
+            }
         }
     };
-    say(&format_remote_line(&peer, text.render(&peer.gid)));
+    for p in peers.iter().take(nqp) {
+        say(&format_remote_line(p, text.render(&p.gid)));
+    }
     let _ = std::io::stdout().flush();
 
     let client = a.host.is_some();
-    let send = |qp: &QueuePair| {
-        let mut wr = SendWr::new(SEND_WRID, SendOp::Send, &[mr.sge(0, a.size)]);
+    let send = |i: usize| {
+        let mut wr = SendWr::new(SEND_WRID, SendOp::Send, &[mr.sge(off, a.size)]);
         wr.signaled = true;
-        qp.post_send(wr).map_err(|e| CliError::failed(format!("Couldn't post send ({e})")))
+        if let Some(ah) = &ah {
+            wr.ud = Some(ah.dest(peers[0].qpn, UD_QKEY));
+        }
+        qps[i].post_send(wr).map_err(|e| CliError::failed(format!("Couldn't post send ({e})")))
     };
     let (mut scnt, mut rcnt) = (0u32, 0u32);
-    let mut pending: u64 = RECV_WRID;
+    let mut pending = vec![RECV_WRID; nqp];
     let cpu0 = cpu_time();
     if client {
         if a.chk {
             // rdma-core's client zeroes the first byte of every page; its server checks them.
             for i in (0..size).step_by(PAGE) {
-                mr.write(i, &[0]).map_err(|e| CliError::failed(e.to_string()))?;
+                mr.write(off + i, &[0]).map_err(|e| CliError::failed(e.to_string()))?;
             }
         }
-        send(&qp)?;
-        pending |= SEND_WRID;
+        for (i, p) in pending.iter_mut().enumerate() {
+            send(i)?;
+            *p |= SEND_WRID;
+        }
     }
     let start = Instant::now();
-    let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 2];
+    let mut wcs =
+        vec![WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); nqp + a.rx_depth as usize];
     let idle_limit = Duration::from_secs(60);
     let mut last_progress = Instant::now();
     let mut progress = Progress::new("iters");
     while rcnt < a.iters || scnt < a.iters {
         // -e sleeps on the CQ at once; polling mode spins briefly first. (A poller that never
         // sleeps starves the engine threads on a small machine, so both end up blocking.)
+        let max = if kind == PingpongKind::Srq { wcs.len() } else { 2 };
         let n = if a.events > 0 || last_progress.elapsed() > SPIN {
-            cq.poll_wait(&mut wcs, Duration::from_millis(200))?
+            cq.poll_wait(&mut wcs[..max], Duration::from_millis(200))?
         } else {
-            cq.poll(&mut wcs)?
+            cq.poll(&mut wcs[..max])?
         };
         if n == 0 {
             if last_progress.elapsed() > idle_limit {
+                let lost = if ud || kind == PingpongKind::Uc {
+                    " (UC and UD do not retransmit: a lost message stops both sides, as with rdma-core's tools)"
+                } else {
+                    ""
+                };
                 return Err(CliError::failed(format!(
-                    "no completion for {} s (sent {scnt}, received {rcnt} of {}): is the peer still running?",
+                    "no completion for {} s (sent {scnt}, received {rcnt} of {}): is the peer still running?{lost}",
                     idle_limit.as_secs(),
                     a.iters
                 )));
@@ -256,6 +454,9 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
                     WcStatus::RemInvReqErr => {
                         " (the peer rejected the message: do -s and -m match on both sides?)"
                     }
+                    WcStatus::LocLenErr => {
+                        " (the message was longer than the receive: do -s match on both sides?)"
+                    }
                     _ => "",
                 };
                 return Err(CliError::failed(format!(
@@ -265,13 +466,16 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
                     wc.wr_id
                 )));
             }
+            let Some(i) = qps.iter().position(|q| q.qp_num() == wc.qp_num) else {
+                return Err(CliError::failed(format!("Couldn't find QPN {:06x}", wc.qp_num)));
+            };
             match wc.wr_id {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
                     routs -= 1;
-                    if routs <= 1 {
+                    if routs <= num_qp {
                         while routs < a.rx_depth {
-                            qp.post_recv(recv())
+                            post_recv()
                                 .map_err(|e| CliError::failed(format!("Couldn't post receive ({e})")))?;
                             routs += 1;
                         }
@@ -280,10 +484,10 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
                 }
                 other => return Err(CliError::failed(format!("Completion for unknown wr_id {other}"))),
             }
-            pending &= !wc.wr_id;
-            if scnt < a.iters && pending == 0 {
-                send(&qp)?;
-                pending = RECV_WRID | SEND_WRID;
+            pending[i] &= !wc.wr_id;
+            if scnt < a.iters && pending[i] == 0 {
+                send(i)?;
+                pending[i] = RECV_WRID | SEND_WRID;
             }
         }
     }
@@ -313,7 +517,7 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
     let mut bad_pages = Vec::new();
     if a.chk && !client {
         for i in (0..size).step_by(PAGE) {
-            if mr.load_u8(i).unwrap_or(1) != 0 {
+            if mr.load_u8(off + i).unwrap_or(1) != 0 {
                 say(&format!("invalid data in page {}", i / PAGE));
                 bad_pages.push(i / PAGE);
             }
@@ -322,12 +526,13 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
     if a.json {
         let dest = |d: &PingpongDest| serde_json::json!({ "lid": d.lid, "qpn": d.qpn, "psn": d.psn, "gid": Gid(d.gid).to_string() });
         let doc = serde_json::json!({
-            "tool": "softroce rc-pingpong",
+            "tool": format!("softroce {tool}-pingpong"),
             "role": if client { "client" } else { "server" },
-            "local": dest(&me),
-            "remote": dest(&peer),
+            "local": dest(&me[0]),
+            "remote": dest(&peers[0]),
+            "num_qp": num_qp,
             "size": a.size,
-            "mtu": mtu.bytes(),
+            "mtu": if ud { dev.query_port().active_mtu.bytes() } else { a.mtu },
             "iters": stats.iters,
             "bytes": stats.bytes,
             "seconds": stats.seconds,
@@ -345,11 +550,59 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
     Ok(())
 }
 
-/// RTR then RTS with rdma-core's attributes: GRH hop limit 1 (its quirk), one READ/atomic,
+/// Connects every QP to its peer record with rdma-core's attributes for the tool (srq: every QP
+/// uses record 0's GID, as `ibv_srq_pingpong` does); UD instead creates the address handle.
+#[allow(clippy::too_many_arguments)]
+fn connect_all(
+    dev: &Device,
+    pd: &ProtectionDomain,
+    qps: &[QueuePair],
+    kind: PingpongKind,
+    peers: &[PingpongDest],
+    gid_index: u8,
+    a: &PingpongArgs,
+    me: &[PingpongDest],
+) -> std::result::Result<Option<AddressHandle>, CliError> {
+    if peers.len() < qps.len() {
+        return Err(CliError::setup("the peer sent fewer address records than QPs"));
+    }
+    let gid = peers[0].gid;
+    for (i, qp) in qps.iter().enumerate() {
+        let peer = PingpongDest { gid, ..peers[i] };
+        if !peer.uses_grh() {
+            return Err(CliError::setup(
+                "the peer sent no GID (it was started without -g): RoCE needs one on both sides, e.g. -g 1",
+            ));
+        }
+        match kind {
+            PingpongKind::Ud => {
+                qp.modify(&QpAttrs::rtr_ud())
+                    .map_err(|e| CliError::setup(format!("Failed to modify QP to RTR: {e}")))?;
+                qp.modify(&QpAttrs::rts_unreliable(me[i].psn))
+                    .map_err(|e| CliError::setup(format!("Failed to modify QP to RTS: {e}")))?;
+                let mut av = AddressVector::new(Gid(peer.gid), gid_index);
+                av.hop_limit = 1;
+                av.sl = a.sl;
+                let ah =
+                    pd.create_ah(&av).map_err(|e| CliError::setup(format!("Failed to create AH: {e}")))?;
+                return Ok(Some(ah));
+            }
+            _ => {
+                let mtu = Mtu::from_bytes(a.mtu).unwrap_or(Mtu::Mtu1024);
+                connect(dev, qp, kind, &peer, gid_index, mtu, a.sl, me[i].psn)?;
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// RTR then RTS with rdma-core's attributes: GRH hop limit 1 (its quirk); RC: one READ/atomic,
 /// RNR timer 12, timeout 14, retries 7.
+#[allow(clippy::too_many_arguments)]
 fn connect(
     dev: &Device,
     qp: &QueuePair,
+    kind: PingpongKind,
     peer: &PingpongDest,
     gid_index: u8,
     mtu: Mtu,
@@ -364,9 +617,15 @@ fn connect(
     let mut av = AddressVector::new(Gid(peer.gid), gid_index);
     av.hop_limit = 1;
     av.sl = sl;
-    let mut rtr = QpAttrs::rtr(av, mtu, peer.qpn, peer.psn);
-    rtr.max_dest_rd_atomic = Some(1);
-    rtr.min_rnr_timer = Some(12);
+    let uc = kind == PingpongKind::Uc;
+    let rtr = if uc {
+        QpAttrs::rtr_uc(av, mtu, peer.qpn, peer.psn)
+    } else {
+        let mut rtr = QpAttrs::rtr(av, mtu, peer.qpn, peer.psn);
+        rtr.max_dest_rd_atomic = Some(1);
+        rtr.min_rnr_timer = Some(12);
+        rtr
+    };
     qp.modify(&rtr).map_err(|e| match e {
         Error::Unreachable(_) => CliError::setup(format!(
             "Failed to modify QP to RTR: the peer's GID {} is not reachable from {} (address family?)",
@@ -375,7 +634,12 @@ fn connect(
         )),
         e => CliError::setup(format!("Failed to modify QP to RTR: {e}")),
     })?;
-    let mut rts = QpAttrs::rts(psn);
-    rts.max_rd_atomic = Some(1);
+    let rts = if uc {
+        QpAttrs::rts_unreliable(psn)
+    } else {
+        let mut rts = QpAttrs::rts(psn);
+        rts.max_rd_atomic = Some(1);
+        rts
+    };
     qp.modify(&rts).map_err(|e| CliError::setup(format!("Failed to modify QP to RTS: {e}")))
 }

@@ -66,4 +66,11 @@ counters! {
     /// Packets a QP dropped: wrong state or type, out-of-window responses, ghost ACKs,
     /// duplicates nothing answers.
     rcvd_dropped,
+    /// UD packets dropped because their Q_Key is not the QP's.
+    rcvd_qkey_err,
+    /// UC/UD messages dropped because no receive WQE was posted (RC answers with an RNR NAK).
+    rcvd_no_wqe_drop,
+    /// UC packets dropped with the message they belong to: a PSN gap, an opcode out of
+    /// sequence, a bad R_Key or length (the receiver resynchronises at the next First/Only).
+    uc_msg_dropped,
 }

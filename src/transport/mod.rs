@@ -27,14 +27,17 @@ mod qp;
 pub mod requester;
 pub mod responder;
 pub mod sim;
+mod srq;
+mod unreliable;
 pub mod wr;
 
 pub use counters::Counters;
 pub use memory::{Access, AtomicOp, MemError, Memory, VecMemory, VecRegion};
 pub use qp::{
-    MAX_MSG_SIZE, MAX_RD_ATOMIC, ModifyError, Mtu, PostError, Qp, QpAttr, QpAttrUpdate, QpCaps, QpEvent,
-    QpState, QpTuning, QpType, check_send_wr,
+    GRH_LEN, MAX_MSG_SIZE, MAX_RD_ATOMIC, ModifyError, Mtu, PostError, Qp, QpAttr, QpAttrUpdate, QpCaps,
+    QpEvent, QpState, QpTuning, QpType, check_send_wr,
 };
+pub use srq::{Srq, SrqError};
 pub use wr::{
     Payload, RecvWr, RemoteAddr, SendOp, SendWr, SgList, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
 };

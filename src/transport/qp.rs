@@ -22,6 +22,10 @@ use super::wr::{Payload, RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkComplet
 use super::{Time, Transmit};
 use crate::wire::{Packet, Psn, Transport};
 
+/// Bytes at the start of a UD receive buffer that hold the packet's global route header
+/// (for RoCEv2: its IP header).
+pub const GRH_LEN: usize = 40;
+
 /// Queue pair transport service type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QpType {
@@ -269,6 +273,9 @@ pub enum PostError {
     /// The operation is not supported on this QP type.
     #[error("operation not supported on this QP type")]
     OpNotSupported,
+    /// The QP takes its receives from a shared receive queue: post them there.
+    #[error("the QP uses a shared receive queue: post receives to the SRQ")]
+    UsesSrq,
     /// The message exceeds `max_msg_sz` (2^31 bytes) or the UD path MTU.
     #[error("message too long ({0} bytes)")]
     MessageTooLong(u64),
@@ -340,6 +347,9 @@ pub enum QpEvent {
     AccessError,
     /// `IBV_EVENT_SQ_DRAINED`: the send queue drained in SQD.
     SqDrained,
+    /// `IBV_EVENT_QP_LAST_WQE_REACHED`: a QP attached to a shared receive queue went to the
+    /// error state and will take no more receive WQEs from it.
+    LastWqeReached,
 }
 
 /// Where a send WQE stands (rxe's `wqe_state`).
@@ -454,6 +464,8 @@ pub struct Qp {
     pub(crate) sq_drained_reported: bool,
     /// Send WQEs finished so far (completed, flushed, or retired unsignaled).
     pub(crate) send_retired: u64,
+    /// Receives come from a shared receive queue ([`super::Srq`]), not `rq`.
+    pub(crate) uses_srq: bool,
 }
 
 impl Qp {
@@ -481,6 +493,26 @@ impl Qp {
             tx_turn: false,
             sq_drained_reported: false,
             send_retired: 0,
+            uses_srq: false,
+        }
+    }
+
+    /// A new QP in the RESET state that takes its receives from a shared receive queue:
+    /// drive it with [`Qp::handle_packet_srq`].
+    pub fn new_with_srq(qpn: u32, qp_type: QpType, pd: u32, caps: QpCaps) -> Qp {
+        Qp { uses_srq: true, ..Qp::new(qpn, qp_type, pd, caps) }
+    }
+
+    /// Whether the QP takes its receives from a shared receive queue.
+    pub fn uses_srq(&self) -> bool {
+        self.uses_srq
+    }
+
+    /// Sets the path MTU of a UD QP (a UD QP has no `path_mtu` attribute: its messages are
+    /// limited by the port's active MTU, which the driver passes here).
+    pub fn set_ud_mtu(&mut self, mtu: Mtu) {
+        if self.qp_type == QpType::Ud {
+            self.attr.path_mtu = mtu;
         }
     }
 
@@ -783,10 +815,12 @@ impl Qp {
     /// Back to RESET: queues emptied without completions, state cleared.
     fn reset(&mut self) {
         let (qpn, ty, pd, caps, tuning) = (self.qpn, self.qp_type, self.pd, self.caps, self.tuning);
-        let counters = self.counters.clone();
+        let (counters, uses_srq, mtu) = (self.counters.clone(), self.uses_srq, self.attr.path_mtu);
         *self = Qp::new(qpn, ty, pd, caps);
         self.tuning = tuning;
         self.counters = counters;
+        self.uses_srq = uses_srq;
+        self.set_ud_mtu(mtu);
     }
 
     /// Moves the QP to ERR: every outstanding send and receive WQE completes with
@@ -810,6 +844,9 @@ impl Qp {
         }
         self.req.wqe_index = 0;
         self.resp.flush_in_error(self.qpn, &mut self.rq, &mut self.recv_wcs);
+        if self.uses_srq {
+            self.events.push_back(QpEvent::LastWqeReached);
+        }
     }
 
     /// Queues the completion of a send WQE (every error; successes when signaled).
@@ -869,6 +906,9 @@ impl Qp {
 
     /// `ibv_post_recv` for one work request.
     pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        if self.uses_srq {
+            return Err(PostError::UsesSrq);
+        }
         if self.state == QpState::Reset {
             return Err(PostError::InvalidState(self.state));
         }
@@ -888,6 +928,20 @@ impl Qp {
     /// Handles a packet addressed to this QP (already checked by the engine: ICRC, QPN,
     /// transport type and source address).
     pub fn handle_packet<M: Memory>(&mut self, now: Time, pkt: &Packet<'_>, mem: &M) {
+        self.handle_packet_grh(now, pkt, None, mem)
+    }
+
+    /// [`Qp::handle_packet`] with the packet's network header as a UD receive reports it:
+    /// the 40 bytes ibverbs puts at the start of every UD receive buffer (for RoCEv2 over
+    /// IPv4, 20 zero bytes and then the IPv4 header; over IPv6, the IPv6 header). Without it
+    /// a UD receive gets 40 zero bytes there.
+    pub fn handle_packet_grh<M: Memory>(
+        &mut self,
+        now: Time,
+        pkt: &Packet<'_>,
+        grh: Option<&[u8; GRH_LEN]>,
+        mem: &M,
+    ) {
         let info = pkt.info();
         if info.transport != self.qp_type.transport() {
             self.counters.rcvd_dropped += 1;
@@ -897,7 +951,7 @@ impl Qp {
         match info.direction {
             crate::wire::Direction::Request => {
                 if matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
-                    self.responder_handle(now, pkt, mem);
+                    self.responder_handle(now, pkt, grh, mem);
                 } else {
                     self.counters.rcvd_dropped += 1;
                 }

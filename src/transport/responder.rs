@@ -76,6 +76,8 @@ pub(crate) struct RespState {
     pub opcode: Option<Opcode>,
     /// A PSN-sequence NAK was sent for the current gap.
     pub sent_psn_nak: bool,
+    /// UC: the message in progress lost a packet; drop until the next First/Only.
+    pub drop_msg: bool,
     pub recv: Option<CurRecv>,
     pub rdma: RdmaCursor,
     pub resources: Vec<Option<Resource>>,
@@ -152,6 +154,7 @@ impl RespState {
         self.out.retain(|r| !matches!(r, Response::Read { .. }));
         self.resources.iter_mut().for_each(|r| *r = None);
         self.opcode = None;
+        self.drop_msg = false;
     }
 }
 
@@ -172,10 +175,17 @@ const ACCESS_ERROR: Fatal = Fatal {
 
 impl Qp {
     /// Handles a request packet (the QP is in RTR, RTS or SQD).
-    pub(crate) fn responder_handle<M: Memory>(&mut self, _now: Time, pkt: &Packet<'_>, mem: &M) {
+    pub(crate) fn responder_handle<M: Memory>(
+        &mut self,
+        _now: Time,
+        pkt: &Packet<'_>,
+        grh: Option<&[u8; super::qp::GRH_LEN]>,
+        mem: &M,
+    ) {
         match self.qp_type {
             QpType::Rc => self.rc_request(pkt, mem),
-            QpType::Uc | QpType::Ud => self.counters.rcvd_dropped += 1,
+            QpType::Uc => self.uc_request(pkt, mem),
+            QpType::Ud => self.ud_request(pkt, grh, mem),
         }
     }
 
@@ -422,20 +432,8 @@ impl Qp {
         self.resp.opcode = Some(op);
 
         // COMPLETE: a receive completion at the end of a SEND or WRITE with immediate.
-        if end
-            && (info.operation == Operation::Send || info.immediate())
-            && let Some(cur) = self.resp.recv.take()
-        {
-            let opcode =
-                if info.operation == Operation::Send { WcOpcode::Recv } else { WcOpcode::RecvRdmaWithImm };
-            let mut wc = WorkCompletion::new(cur.wr.wr_id, WcStatus::Success, opcode, self.qpn);
-            wc.byte_len =
-                if info.operation == Operation::Send { cur.offset as u32 } else { self.resp.rdma.length };
-            wc.imm_data = pkt.immdt().map(|i| i.imm());
-            wc.invalidated_rkey = invalidated;
-            wc.solicited = bth.solicited();
-            self.counters.rdma_recvs += 1;
-            self.recv_wcs.push_back(wc);
+        if end {
+            self.complete_recv(pkt, invalidated);
         }
 
         // ACKNOWLEDGE: rxe answers exactly the packets that ask (AckReq).
@@ -446,6 +444,25 @@ impl Qp {
                 &mut self.counters,
             );
         }
+    }
+
+    /// Completes the receive WQE in progress when `pkt` ends a SEND or a WRITE with
+    /// immediate (RC and UC).
+    pub(crate) fn complete_recv(&mut self, pkt: &Packet<'_>, invalidated: Option<u32>) {
+        let info = pkt.info();
+        if !(info.operation == Operation::Send || info.immediate()) {
+            return;
+        }
+        let Some(cur) = self.resp.recv.take() else { return };
+        let send = info.operation == Operation::Send;
+        let opcode = if send { WcOpcode::Recv } else { WcOpcode::RecvRdmaWithImm };
+        let mut wc = WorkCompletion::new(cur.wr.wr_id, WcStatus::Success, opcode, self.qpn);
+        wc.byte_len = if send { cur.offset as u32 } else { self.resp.rdma.length };
+        wc.imm_data = pkt.immdt().map(|i| i.imm());
+        wc.invalidated_rkey = invalidated;
+        wc.solicited = pkt.bth().solicited();
+        self.counters.rdma_recvs += 1;
+        self.recv_wcs.push_back(wc);
     }
 
     /// A request with a PSN before the expected one (C9-105..C9-108).

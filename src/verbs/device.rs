@@ -184,6 +184,12 @@ pub enum AsyncEvent {
         /// Which CQ (the order of creation).
         cq: u32,
     },
+    /// A shared receive queue fell below its armed limit (`IBV_EVENT_SRQ_LIMIT_REACHED`);
+    /// the limit is disarmed until armed again.
+    SrqLimitReached {
+        /// The SRQ number.
+        srqn: u32,
+    },
 }
 
 /// What every handle of a device shares with the engine.
@@ -209,6 +215,8 @@ pub(crate) struct DeviceShared {
     pub pd_count: AtomicU32,
     /// QP counters folded in as QPs are destroyed.
     pub retired_counters: Mutex<Counters>,
+    /// Address handles by number.
+    pub ahs: RwLock<std::collections::HashMap<u32, super::ah::AhEntry>>,
 }
 
 impl DeviceShared {
@@ -461,6 +469,7 @@ impl Device {
             cq_count: AtomicU32::new(0),
             pd_count: AtomicU32::new(0),
             retired_counters: Mutex::new(Counters::default()),
+            ahs: RwLock::new(std::collections::HashMap::new()),
         });
         let engine = Engine::new(shared.clone(), backend, poll, cmd_rx, cfg.spin)?;
         let thread =

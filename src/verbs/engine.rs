@@ -28,8 +28,9 @@ use super::error::{Error, Result};
 use super::gid::{rc_udp_sport, ud_udp_sport};
 use super::mr::MrTable;
 use super::qp::{AddressVector, QpAttrs, QpInfo, QpShared};
-use crate::transport::{Counters, Qp, QpType, Time, WcOpcode, WcStatus, WorkCompletion};
-use crate::wire::icrc;
+use super::srq::{SRQ_TAG, SrqAttr, SrqShared};
+use crate::transport::{Counters, GRH_LEN, Qp, QpType, Srq, Time, WcOpcode, WcStatus, WorkCompletion};
+use crate::wire::icrc::{self, RecoveredIpv4};
 use crate::wire::roce::{IpRepr, RoceFrameRepr};
 use crate::wire::{ICRC_LEN, Packet};
 
@@ -45,10 +46,33 @@ pub(crate) enum Command {
     QueryQp { qpn: u32, reply: Sender<Option<QpInfo>> },
     DestroyQp { qpn: u32, reply: Sender<()> },
     Counters(Sender<DeviceCounters>),
+    CreateSrq { shared: Arc<SrqShared>, max_wr: u32, max_sge: u32, limit: u32, reply: Sender<Result<()>> },
+    ModifySrq { srqn: u32, max_wr: Option<u32>, limit: Option<u32>, reply: Sender<Result<()>> },
+    QuerySrq { srqn: u32, reply: Sender<Option<SrqAttr>> },
+    DestroySrq { srqn: u32, reply: Sender<()> },
     Shutdown,
 }
 
-/// Where a connected QP's packets go.
+/// A shared receive queue and its handle's side.
+struct SrqSlot {
+    srq: Srq,
+    shared: Arc<SrqShared>,
+}
+
+impl SrqSlot {
+    /// Moves the WQEs posted to the handle into the SRQ.
+    fn take_posts(&mut self) {
+        while let Some(wr) = self.shared.recv_wrq.pop() {
+            if self.srq.post_recv(wr).is_err() {
+                // The handle checked depth and SGEs; a resize raced with the post.
+                self.shared.outstanding.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// Where a connected QP's packets go (a UD QP's: each send's address handle).
+#[derive(Debug, Clone, Copy)]
 struct Path {
     dst: SocketAddr,
     src_port: u16,
@@ -75,6 +99,7 @@ struct State {
     shared: Arc<DeviceShared>,
     id_solver: icrc::Ipv4IdSolver,
     qps: HashMap<u32, Slot>,
+    srqs: HashMap<u32, SrqSlot>,
     active: VecDeque<u32>,
     touched: Vec<u32>,
     timers: BinaryHeap<Reverse<(Time, u32)>>,
@@ -113,6 +138,7 @@ impl Engine {
                 shared,
                 id_solver: icrc::Ipv4IdSolver::new(),
                 qps: HashMap::new(),
+                srqs: HashMap::new(),
                 active: VecDeque::new(),
                 touched: Vec::new(),
                 timers: BinaryHeap::new(),
@@ -209,7 +235,17 @@ impl Engine {
                     return None;
                 }
                 Command::CreateQp { shared, send_cq, recv_cq, reply } => {
-                    let qp = Qp::new(shared.qpn, shared.qp_type, shared.pd, shared.caps);
+                    let mut qp = if shared.srq.is_some() {
+                        Qp::new_with_srq(shared.qpn, shared.qp_type, shared.pd, shared.caps)
+                    } else {
+                        Qp::new(shared.qpn, shared.qp_type, shared.pd, shared.caps)
+                    };
+                    if shared.qp_type == QpType::Ud {
+                        // A UD message is limited by the port's active MTU.
+                        let mtu = st.shared.port.active_mtu;
+                        qp.set_ud_mtu(mtu);
+                        shared.path_mtu.store(mtu as u8, Ordering::Relaxed);
+                    }
                     st.qps.insert(
                         shared.qpn,
                         Slot {
@@ -253,6 +289,43 @@ impl Engine {
                 Command::Counters(reply) => {
                     let _ = reply.send(st.counters());
                 }
+                Command::CreateSrq { shared, max_wr, max_sge, limit, reply } => {
+                    let r = Srq::new(shared.srqn, shared.pd, max_wr, max_sge, limit).map(|srq| {
+                        st.srqs.insert(shared.srqn, SrqSlot { srq, shared });
+                    });
+                    let _ = reply.send(r.map_err(Error::from));
+                }
+                Command::ModifySrq { srqn, max_wr, limit, reply } => {
+                    let r = match st.srqs.get_mut(&srqn) {
+                        None => Err(Error::InvalidArgument("SRQ destroyed")),
+                        Some(s) => {
+                            s.take_posts();
+                            let mut r = Ok(());
+                            if let Some(m) = max_wr {
+                                r = s.srq.resize(m).map_err(Error::from);
+                            }
+                            if let (Some(l), Ok(())) = (limit, &r) {
+                                r = s.srq.set_limit(l).map_err(Error::from);
+                            }
+                            if s.srq.poll_limit_event() {
+                                st.shared.events.push(AsyncEvent::SrqLimitReached { srqn });
+                            }
+                            r
+                        }
+                    };
+                    let _ = reply.send(r);
+                }
+                Command::QuerySrq { srqn, reply } => {
+                    let a = st.srqs.get_mut(&srqn).map(|s| {
+                        s.take_posts();
+                        SrqAttr { max_wr: s.srq.max_wr(), max_sge: s.srq.max_sge(), srq_limit: s.srq.limit() }
+                    });
+                    let _ = reply.send(a);
+                }
+                Command::DestroySrq { srqn, reply } => {
+                    st.srqs.remove(&srqn);
+                    let _ = reply.send(());
+                }
             }
         }
         Some(any)
@@ -280,6 +353,12 @@ impl Engine {
         let mut any = false;
         while let Some(qpn) = st.shared.posted.pop() {
             any = true;
+            if qpn & SRQ_TAG != 0 {
+                if let Some(s) = st.srqs.get_mut(&(qpn & !SRQ_TAG)) {
+                    s.take_posts();
+                }
+                continue;
+            }
             let Some(slot) = st.qps.get_mut(&qpn) else { continue };
             slot.shared.scheduled.store(false, Ordering::SeqCst);
             while let Some(wr) = slot.shared.send_wrq.pop() {
@@ -340,6 +419,8 @@ impl Engine {
         // A GSO send is one UDP datagram to the kernel: at most 65507 bytes of payload.
         const MAX_GSO_BYTES: usize = 65_507;
         let numbered = backend.gso_numbers_ip_id();
+        let (local, port) = (backend.local_ip(), st.port);
+        let mut ahs = None;
         let mut batch: Option<Batch> = None;
         let mut pos = 0usize;
         let mut sent = false;
@@ -357,8 +438,18 @@ impl Engine {
                 let Some(t) = slot.qp.poll_transmit(now, &*mrs, &mut tx[pos..pos + MAX_PKT]) else { break };
                 n += 1;
                 sent = true;
-                let Some(path) = &slot.path else {
-                    // No route (a connected QP without address vector cannot get here).
+                let route = match t.ud {
+                    // UD: where the work request's address handle points, from the UDP
+                    // source port rxe gives the QP.
+                    Some(ud) => ahs
+                        .get_or_insert_with(|| shared.ahs.read())
+                        .get(&ud.ah)
+                        .and_then(|ah| path_to(local, &ah.av, ud_udp_sport(qpn), port)),
+                    None => slot.path,
+                };
+                let Some(path) = &route else {
+                    // No route: an address handle destroyed after the post (a connected QP
+                    // without address vector cannot get here).
                     slot.qp.counters_mut().send_err += 1;
                     continue;
                 };
@@ -519,29 +610,8 @@ impl State {
         if let (Some(av), QpType::Rc | QpType::Uc) = (slot.av, slot.qp.qp_type())
             && slot.qp.attr().dest_qpn != 0
         {
-            let dst_ip = av.dgid.to_ip();
             let src_port = rc_udp_sport(av.flow_label, qpn, slot.qp.attr().dest_qpn);
-            let ip = match (local, dst_ip) {
-                (IpAddr::V4(src), IpAddr::V4(dst)) => {
-                    IpRepr::V4 { src, dst, tos: av.traffic_class, ttl: av.hop_limit, id: 0, df: true }
-                }
-                (IpAddr::V6(src), IpAddr::V6(dst)) => IpRepr::V6 {
-                    src,
-                    dst,
-                    traffic_class: av.traffic_class,
-                    flow_label: 0,
-                    hop_limit: av.hop_limit,
-                },
-                _ => return Err(Error::Unreachable(av.dgid)),
-            };
-            slot.path = Some(Path {
-                dst: SocketAddr::new(dst_ip, port),
-                src_port,
-                tos: av.traffic_class,
-                frame: RoceFrameRepr { ip, src_port, dst_port: port, udp_checksum: false },
-            });
-        } else if slot.qp.qp_type() == QpType::Ud {
-            let _ = ud_udp_sport(qpn);
+            slot.path = Some(path_to(local, &av, src_port, port).ok_or(Error::Unreachable(av.dgid))?);
         }
         Ok(())
     }
@@ -552,10 +622,10 @@ impl State {
             rx.malformed.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        if !icrc_ok(&d, &p, &mut self.id_solver) {
+        let Some(v4) = icrc_check(&d, &p, &mut self.id_solver) else {
             rx.icrc_err.fetch_add(1, Ordering::Relaxed);
             return;
-        }
+        };
         if d.ecn == 3 {
             // Congestion Experienced: counted (the basis for congestion control).
             rx.ecn_ce.fetch_add(1, Ordering::Relaxed);
@@ -571,10 +641,29 @@ impl State {
             rx.bad_source.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        if !slot.shared.recv_wrq.is_empty() {
-            take_recvs(slot);
+        let grh = (slot.qp.qp_type() == QpType::Ud).then(|| grh_of(&d, v4));
+        match &slot.shared.srq {
+            Some(srq_shared) => {
+                let srqn = srq_shared.srqn;
+                match self.srqs.get_mut(&srqn) {
+                    Some(s) => {
+                        s.take_posts();
+                        slot.qp.handle_packet_srq(now, &p, grh.as_ref(), mrs, &mut s.srq);
+                        if s.srq.poll_limit_event() {
+                            self.shared.events.push(AsyncEvent::SrqLimitReached { srqn });
+                        }
+                    }
+                    // (the SRQ outlives its QPs: cannot happen)
+                    None => slot.qp.handle_packet_grh(now, &p, grh.as_ref(), mrs),
+                }
+            }
+            None => {
+                if !slot.shared.recv_wrq.is_empty() {
+                    take_recvs(slot);
+                }
+                slot.qp.handle_packet_grh(now, &p, grh.as_ref(), mrs);
+            }
         }
-        slot.qp.handle_packet(now, &p, mrs);
         self.touched.push(qpn);
     }
 
@@ -597,7 +686,10 @@ impl State {
             overflow |= !slot.send_cq.push(wc);
         }
         while let Some(wc) = q.poll_recv_completion() {
-            slot.shared.recv_outstanding.fetch_sub(1, Ordering::SeqCst);
+            match &slot.shared.srq {
+                Some(srq) => srq.outstanding.fetch_sub(1, Ordering::SeqCst),
+                None => slot.shared.recv_outstanding.fetch_sub(1, Ordering::SeqCst),
+            };
             overflow |= !slot.recv_cq.push(wc);
         }
         if overflow {
@@ -645,6 +737,27 @@ fn take_recvs(slot: &mut Slot) {
     }
 }
 
+/// The path of a packet from `local` to the address vector's GID, leaving from UDP port
+/// `src_port` (`None` if the address families differ).
+fn path_to(local: IpAddr, av: &AddressVector, src_port: u16, port: u16) -> Option<Path> {
+    let dst_ip = av.dgid.to_ip();
+    let ip = match (local, dst_ip) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => {
+            IpRepr::V4 { src, dst, tos: av.traffic_class, ttl: av.hop_limit, id: 0, df: true }
+        }
+        (IpAddr::V6(src), IpAddr::V6(dst)) => {
+            IpRepr::V6 { src, dst, traffic_class: av.traffic_class, flow_label: 0, hop_limit: av.hop_limit }
+        }
+        _ => return None,
+    };
+    Some(Path {
+        dst: SocketAddr::new(dst_ip, port),
+        src_port,
+        tos: av.traffic_class,
+        frame: RoceFrameRepr { ip, src_port, dst_port: port, udp_checksum: false },
+    })
+}
+
 /// Sends the pending batch, if any.
 fn flush(backend: &mut dyn Backend, tx: &[u8], batch: &mut Option<Batch>, shared: &DeviceShared) {
     if let Some(b) = batch.take() {
@@ -662,20 +775,22 @@ fn flush(backend: &mut dyn Backend, tx: &[u8], batch: &mut Option<Batch>, shared
 }
 
 /// Checks a received packet's ICRC with what the backend knows of its IP and UDP headers.
-fn icrc_ok(d: &Datagram<'_>, p: &Packet<'_>, solver: &mut icrc::Ipv4IdSolver) -> bool {
-    if let Some(ip) = d.ip_header {
-        // Backends that see the IP header check at full strength.
-        let mut udp = [0u8; 8];
-        udp[..2].copy_from_slice(&d.src.port().to_be_bytes());
-        udp[2..4].copy_from_slice(&d.dst_port.to_be_bytes());
-        udp[4..6].copy_from_slice(&((8 + d.payload.len()) as u16).to_be_bytes());
-        return icrc::verify(ip, &udp, d.payload).unwrap_or(false);
-    }
-    let udp_len = (8 + d.payload.len()) as u16;
+/// `None`: it is wrong. `Some(recovered)`: it is right, and for an IPv4 packet received
+/// without its IP header, the identification and DF flag it was computed with.
+fn icrc_check(
+    d: &Datagram<'_>,
+    p: &Packet<'_>,
+    solver: &mut icrc::Ipv4IdSolver,
+) -> Option<Option<RecoveredIpv4>> {
     let mut udp = [0u8; 8];
     udp[..2].copy_from_slice(&d.src.port().to_be_bytes());
     udp[2..4].copy_from_slice(&d.dst_port.to_be_bytes());
+    let udp_len = (8 + d.payload.len()) as u16;
     udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    if let Some(ip) = d.ip_header {
+        // Backends that see the IP header check at full strength.
+        return icrc::verify(ip, &udp, d.payload).unwrap_or(false).then_some(None);
+    }
     match (d.src.ip(), d.dst) {
         (IpAddr::V4(s), IpAddr::V4(t)) => {
             let mut ip = [0u8; 20];
@@ -685,7 +800,10 @@ fn icrc_ok(d: &Datagram<'_>, p: &Packet<'_>, solver: &mut icrc::Ipv4IdSolver) ->
             ip[12..16].copy_from_slice(&s.octets());
             ip[16..20].copy_from_slice(&t.octets());
             // The identification and DF are not visible here: recover them from the CRC.
-            matches!(solver.recover(&ip, &udp, p.without_icrc(), p.icrc()), Ok(Some(_)))
+            match solver.recover(&ip, &udp, p.without_icrc(), p.icrc()) {
+                Ok(Some(r)) => Some(Some(r)),
+                _ => None,
+            }
         }
         (IpAddr::V6(s), IpAddr::V6(t)) => {
             let f = RoceFrameRepr {
@@ -694,8 +812,38 @@ fn icrc_ok(d: &Datagram<'_>, p: &Packet<'_>, solver: &mut icrc::Ipv4IdSolver) ->
                 dst_port: d.dst_port,
                 udp_checksum: false,
             };
-            f.icrc(p.without_icrc()).ok() == Some(p.icrc())
+            (f.icrc(p.without_icrc()).ok() == Some(p.icrc())).then_some(None)
         }
-        _ => false,
+        _ => None,
     }
+}
+
+/// The 40-byte GRH area of a UD receive: the packet's IP header as received when the backend
+/// sees it; otherwise rebuilt from what a UDP socket shows (addresses, ECN, and the IPv4
+/// identification and DF recovered from the ICRC; the TTL/hop limit, DSCP and flow label are
+/// not visible there and read 64, 0 and 0). IPv4 headers sit in the last 20 bytes, as ibverbs
+/// lays out RoCEv2 GRHs.
+fn grh_of(d: &Datagram<'_>, v4: Option<RecoveredIpv4>) -> [u8; GRH_LEN] {
+    let mut g = [0u8; GRH_LEN];
+    if let Some(ip) = d.ip_header {
+        match ip.first().map(|b| b >> 4) {
+            Some(6) if ip.len() >= 40 => g.copy_from_slice(&ip[..40]),
+            Some(4) if ip.len() >= 20 => g[20..].copy_from_slice(&ip[..20]),
+            _ => {}
+        }
+        return g;
+    }
+    let (ip, off) = match (d.src.ip(), d.dst) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => {
+            let (id, df) = v4.map_or((0, true), |r| (r.id, r.df));
+            (IpRepr::V4 { src, dst, tos: d.ecn & 3, ttl: 64, id, df }, 20)
+        }
+        (IpAddr::V6(src), IpAddr::V6(dst)) => {
+            (IpRepr::V6 { src, dst, traffic_class: d.ecn & 3, flow_label: 0, hop_limit: 64 }, 0)
+        }
+        _ => return g,
+    };
+    let f = RoceFrameRepr { ip, src_port: d.src.port(), dst_port: d.dst_port, udp_checksum: false };
+    let _ = f.emit_ip_header(&mut g[off..], d.payload.len());
+    g
 }

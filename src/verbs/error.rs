@@ -83,6 +83,9 @@ pub enum Error {
     /// The QP was destroyed.
     #[error("QP {0:#x} does not exist (destroyed?)")]
     NoSuchQp(u32),
+    /// `modify_srq` was refused.
+    #[error(transparent)]
+    Srq(#[from] crate::transport::SrqError),
     /// The device's engine thread stopped.
     #[error("the device's engine thread has stopped")]
     EngineGone,

@@ -1,5 +1,6 @@
 //! The user-facing API, shaped like ibverbs: [`Device`] (`ibv_context`), [`ProtectionDomain`],
-//! [`MemoryRegion`], [`CompletionQueue`], [`QueuePair`], work requests and completions.
+//! [`MemoryRegion`], [`CompletionQueue`], [`QueuePair`] (RC, UC and UD), [`AddressHandle`],
+//! [`SharedReceiveQueue`], work requests and completions.
 //!
 //! ```no_run
 //! use softroce::verbs::*;
@@ -16,6 +17,7 @@
 //! How application threads and remote peers share registered memory soundly is described in
 //! [`mr`]; how progress happens in [`engine`].
 
+pub mod ah;
 pub mod backend;
 pub mod cq;
 pub mod device;
@@ -25,7 +27,9 @@ pub mod gid;
 pub mod mr;
 pub mod pd;
 pub mod qp;
+pub mod srq;
 
+pub use ah::AddressHandle;
 pub use backend::memory::MemoryNetwork;
 pub use cq::CompletionQueue;
 pub use device::{
@@ -36,8 +40,9 @@ pub use gid::{Gid, GidType};
 pub use mr::{MemoryRegion, OutOfRegion};
 pub use pd::ProtectionDomain;
 pub use qp::{AddressVector, QpAttrs, QpInfo, QpInitAttr, QueuePair};
+pub use srq::{SharedReceiveQueue, SrqAttr, SrqInitAttr};
 
 pub use crate::transport::{
-    Access, Mtu, Payload, QpCaps, QpEvent, QpState, QpType, RecvWr, RemoteAddr, SendOp, SendWr, Sge,
-    WcOpcode, WcStatus, WorkCompletion,
+    Access, GRH_LEN, Mtu, Payload, QpCaps, QpEvent, QpState, QpType, RecvWr, RemoteAddr, SendOp, SendWr, Sge,
+    UdDest, WcOpcode, WcStatus, WorkCompletion,
 };

@@ -72,6 +72,17 @@ impl ProtectionDomain {
     pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<QueuePair> {
         QueuePair::create(self, init)
     }
+
+    /// `ibv_create_ah`: an address handle for UD sends (the destination GID must be of the
+    /// device's address family).
+    pub fn create_ah(&self, av: &super::qp::AddressVector) -> Result<super::ah::AddressHandle> {
+        super::ah::AddressHandle::create(self, av)
+    }
+
+    /// `ibv_create_srq`.
+    pub fn create_srq(&self, init: &super::srq::SrqInitAttr) -> Result<super::srq::SharedReceiveQueue> {
+        super::srq::SharedReceiveQueue::create(self, init)
+    }
 }
 
 fn bytes_addr(b: &super::mr::AtomicBytes) -> u64 {

@@ -15,6 +15,7 @@ use super::engine::Command;
 use super::error::{Error, Result};
 use super::gid::Gid;
 use super::pd::ProtectionDomain;
+use super::srq::{SharedReceiveQueue, SrqInner, SrqShared};
 use crate::transport::{
     Access, MemError, Mtu, Payload, PostError, QpAttr, QpAttrUpdate, QpCaps, QpState, QpType, RecvWr, SendWr,
 };
@@ -33,12 +34,31 @@ pub struct QpInitAttr<'a> {
     pub cap: QpCaps,
     /// Generate a completion for every send work request, signaled or not.
     pub sq_sig_all: bool,
+    /// Take receives from this shared receive queue instead of a receive queue of the QP's
+    /// own (`cap.max_recv_wr` and `max_recv_sge` are then ignored).
+    pub srq: Option<&'a SharedReceiveQueue>,
 }
 
 impl<'a> QpInitAttr<'a> {
+    /// A QP of the given type with default capacities on the given CQs.
+    pub fn new(
+        qp_type: QpType,
+        send_cq: &'a CompletionQueue,
+        recv_cq: &'a CompletionQueue,
+    ) -> QpInitAttr<'a> {
+        QpInitAttr { qp_type, send_cq, recv_cq, cap: QpCaps::default(), sq_sig_all: false, srq: None }
+    }
     /// An RC QP with default capacities on the given CQs.
     pub fn rc(send_cq: &'a CompletionQueue, recv_cq: &'a CompletionQueue) -> QpInitAttr<'a> {
-        QpInitAttr { qp_type: QpType::Rc, send_cq, recv_cq, cap: QpCaps::default(), sq_sig_all: false }
+        QpInitAttr::new(QpType::Rc, send_cq, recv_cq)
+    }
+    /// A UC QP with default capacities on the given CQs.
+    pub fn uc(send_cq: &'a CompletionQueue, recv_cq: &'a CompletionQueue) -> QpInitAttr<'a> {
+        QpInitAttr::new(QpType::Uc, send_cq, recv_cq)
+    }
+    /// A UD QP with default capacities on the given CQs.
+    pub fn ud(send_cq: &'a CompletionQueue, recv_cq: &'a CompletionQueue) -> QpInitAttr<'a> {
+        QpInitAttr::new(QpType::Ud, send_cq, recv_cq)
     }
 }
 
@@ -152,6 +172,25 @@ impl QpAttrs {
             ..QpAttrs::default()
         }
     }
+    /// INIT → RTR for a UC QP: the peer, the path MTU and the PSN the peer starts at.
+    pub fn rtr_uc(av: AddressVector, path_mtu: Mtu, dest_qpn: u32, rq_psn: u32) -> QpAttrs {
+        QpAttrs {
+            state: Some(QpState::Rtr),
+            av: Some(av),
+            path_mtu: Some(path_mtu),
+            dest_qpn: Some(dest_qpn),
+            rq_psn: Some(rq_psn),
+            ..QpAttrs::default()
+        }
+    }
+    /// RTR → RTS for a UC or UD QP: only the first PSN it sends.
+    pub fn rts_unreliable(sq_psn: u32) -> QpAttrs {
+        QpAttrs { state: Some(QpState::Rts), sq_psn: Some(sq_psn), ..QpAttrs::default() }
+    }
+    /// INIT → RTR for a UD QP (no peer: each send names its address handle).
+    pub fn rtr_ud() -> QpAttrs {
+        QpAttrs { state: Some(QpState::Rtr), ..QpAttrs::default() }
+    }
     /// Any state → ERR.
     pub fn error() -> QpAttrs {
         QpAttrs { state: Some(QpState::Err), ..QpAttrs::default() }
@@ -236,6 +275,8 @@ pub(crate) struct QpShared {
     pub recv_wrq: ArrayQueue<RecvWr>,
     /// Queued for the engine's attention.
     pub scheduled: std::sync::atomic::AtomicBool,
+    /// The shared receive queue receives come from.
+    pub srq: Option<Arc<SrqShared>>,
 }
 
 impl QpShared {
@@ -249,6 +290,8 @@ pub struct QueuePair {
     pub(crate) shared: Arc<QpShared>,
     device: Device,
     _cqs: (Arc<CqShared>, Arc<CqShared>),
+    /// Keeps the SRQ alive while the QP uses it.
+    _srq: Option<Arc<SrqInner>>,
 }
 
 impl std::fmt::Debug for QueuePair {
@@ -265,12 +308,23 @@ impl QueuePair {
         let limit = |v: u32, max: u32, what: &'static str| {
             if v > max { Err(Error::Limit { what, max: max as u64 }) } else { Ok(()) }
         };
+        let mut c = c;
+        if let Some(srq) = init.srq {
+            if srq.inner.shared.pd != pd.id {
+                return Err(Error::InvalidArgument("the SRQ belongs to another protection domain"));
+            }
+            if !Arc::ptr_eq(&srq.inner.device.shared, &dev.shared) {
+                return Err(Error::InvalidArgument("the SRQ belongs to another device"));
+            }
+            c.max_recv_wr = 0;
+            c.max_recv_sge = 0;
+        }
         limit(c.max_send_wr, attr.max_qp_wr, "max_qp_wr")?;
         limit(c.max_recv_wr, attr.max_qp_wr, "max_qp_wr")?;
         limit(c.max_send_sge, attr.max_sge, "max_sge")?;
         limit(c.max_recv_sge, attr.max_sge, "max_sge")?;
         limit(c.max_inline_data, attr.max_inline_data, "max_inline_data")?;
-        if c.max_send_wr == 0 && c.max_recv_wr == 0 {
+        if c.max_send_wr == 0 && c.max_recv_wr == 0 && init.srq.is_none() {
             return Err(Error::InvalidArgument("a QP needs a send or a receive queue"));
         }
         let n = dev.shared.qp_count.fetch_add(1, Ordering::Relaxed);
@@ -293,6 +347,7 @@ impl QueuePair {
             send_wrq: ArrayQueue::new(c.max_send_wr.max(1) as usize),
             recv_wrq: ArrayQueue::new(c.max_recv_wr.max(1) as usize),
             scheduled: std::sync::atomic::AtomicBool::new(false),
+            srq: init.srq.map(|s| s.inner.shared.clone()),
         });
         let cqs = (init.send_cq.shared.clone(), init.recv_cq.shared.clone());
         dev.shared.call(|reply| Command::CreateQp {
@@ -301,7 +356,7 @@ impl QueuePair {
             recv_cq: cqs.1.clone(),
             reply,
         })?;
-        Ok(QueuePair { shared, device: dev.clone(), _cqs: cqs })
+        Ok(QueuePair { shared, device: dev.clone(), _cqs: cqs, _srq: init.srq.map(|s| s.inner.clone()) })
     }
 
     /// The QP number.
@@ -356,26 +411,7 @@ impl QueuePair {
     }
 
     fn check_sges(&self, sges: &[crate::transport::Sge], need_write: bool) -> Result<()> {
-        let table = self.device.shared.mrs.read();
-        for s in sges {
-            let mr = match table.local(self.shared.pd, s.lkey) {
-                Ok(mr) => mr,
-                Err(MemError::PdMismatch) => return Err(Error::PdMismatch(s.lkey)),
-                Err(_) => return Err(Error::BadLkey(s.lkey)),
-            };
-            let inside = s
-                .addr
-                .checked_sub(mr.addr)
-                .and_then(|o| o.checked_add(s.length as u64))
-                .is_some_and(|end| end <= mr.bytes.len() as u64);
-            if !inside {
-                return Err(Error::SgeOutOfRegion { addr: s.addr, len: s.length, lkey: s.lkey });
-            }
-            if need_write && !mr.access.contains(Access::LOCAL_WRITE) {
-                return Err(Error::NotLocalWrite(s.lkey));
-            }
-        }
-        Ok(())
+        check_sges(&self.device, self.shared.pd, sges, need_write)
     }
 
     /// `ibv_post_send` for one work request.
@@ -389,6 +425,17 @@ impl QueuePair {
         crate::transport::check_send_wr(s.qp_type, &s.caps, mtu, &wr)?;
         if let Payload::Sges(sg) = &wr.payload {
             self.check_sges(sg, wr.op.is_read_or_atomic())?;
+        }
+        if let Some(ud) = &wr.ud {
+            match self.device.shared.ahs.read().get(&ud.ah) {
+                Some(ah) if ah.pd == s.pd => {}
+                Some(_) => {
+                    return Err(Error::InvalidArgument(
+                        "the address handle belongs to another protection domain",
+                    ));
+                }
+                None => return Err(Error::InvalidArgument("no such address handle (destroyed?)")),
+            }
         }
         if s.sq_sig_all {
             wr.signaled = true;
@@ -428,6 +475,9 @@ impl QueuePair {
         if state == QpState::Reset {
             return Err(PostError::InvalidState(state).into());
         }
+        if s.srq.is_some() {
+            return Err(PostError::UsesSrq.into());
+        }
         crate::transport::Qp::check_recv_wr(&s.caps, &wr)?;
         self.check_sges(&wr.sg_list, true)?;
         let max = s.caps.max_recv_wr as usize;
@@ -458,4 +508,34 @@ impl Drop for QueuePair {
         let _ = self.device.shared.call(|reply| Command::DestroyQp { qpn, reply });
         self.device.shared.qp_count.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// Checks receive or send SGEs against the device's memory regions: key, PD, bounds and
+/// (for what the engine writes) LOCAL_WRITE.
+pub(crate) fn check_sges(
+    device: &Device,
+    pd: u32,
+    sges: &[crate::transport::Sge],
+    need_write: bool,
+) -> Result<()> {
+    let table = device.shared.mrs.read();
+    for s in sges {
+        let mr = match table.local(pd, s.lkey) {
+            Ok(mr) => mr,
+            Err(MemError::PdMismatch) => return Err(Error::PdMismatch(s.lkey)),
+            Err(_) => return Err(Error::BadLkey(s.lkey)),
+        };
+        let inside = s
+            .addr
+            .checked_sub(mr.addr)
+            .and_then(|o| o.checked_add(s.length as u64))
+            .is_some_and(|end| end <= mr.bytes.len() as u64);
+        if !inside {
+            return Err(Error::SgeOutOfRegion { addr: s.addr, len: s.length, lkey: s.lkey });
+        }
+        if need_write && !mr.access.contains(Access::LOCAL_WRITE) {
+            return Err(Error::NotLocalWrite(s.lkey));
+        }
+    }
+    Ok(())
 }

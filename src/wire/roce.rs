@@ -303,6 +303,17 @@ impl RoceFrameRepr {
         Ok(())
     }
 
+    /// Writes only the IP header of a frame carrying a transport packet of `ib_len` bytes
+    /// (ICRC included) into `buf`: what ibverbs puts in a UD receive's GRH area. Returns its
+    /// length (20 or 40).
+    pub fn emit_ip_header(&self, buf: &mut [u8], ib_len: usize) -> Result<usize> {
+        let mut tmp = [0u8; 40 + UDP_HEADER_LEN];
+        self.emit_ip_udp(&mut tmp, ib_len)?;
+        let hl = self.ip.header_len();
+        buf.get_mut(..hl).ok_or(Error::Truncated)?.copy_from_slice(&tmp[..hl]);
+        Ok(hl)
+    }
+
     /// Completes a frame whose transport packet (headers, payload, pad: `ib_len` bytes with
     /// the ICRC trailer) already sits at `buf[header_len()..]`: writes the IP and UDP headers,
     /// the ICRC and the UDP checksum when one is wanted. Returns the frame length.

@@ -950,6 +950,7 @@ impl<'a> Runner<'a> {
                     max_inline_data: self.inline_size,
                 },
                 sq_sig_all: false,
+                srq: None,
             };
             let qp = pd.create_qp(&init)?;
             qp.modify(&QpAttrs::init(qp_access))

@@ -1,0 +1,71 @@
+//! Address handles (`ibv_ah`): where a UD send goes.
+//!
+//! ```no_run
+//! # use softroce::verbs::*;
+//! # fn f(pd: &ProtectionDomain, qp: &QueuePair, mr: &MemoryRegion, peer: Gid) -> Result<()> {
+//! let ah = pd.create_ah(&AddressVector::new(peer, 1))?;
+//! let mut wr = SendWr::new(1, SendOp::Send, &[mr.sge(0, 64)]);
+//! wr.ud = Some(ah.dest(0x12, 0x1111_1111)); // remote QPN and Q_Key
+//! qp.post_send(wr)?;
+//! # Ok(()) }
+//! ```
+
+use super::device::Device;
+use super::error::{Error, Result};
+use super::pd::ProtectionDomain;
+use super::qp::AddressVector;
+use crate::transport::UdDest;
+
+/// What the engine needs of an address handle.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AhEntry {
+    pub pd: u32,
+    pub av: AddressVector,
+}
+
+/// An address handle. Dropping it destroys it; sends already posted with it that have not
+/// left yet are dropped (UD is unreliable) and counted as `send_err`.
+#[derive(Debug)]
+pub struct AddressHandle {
+    id: u32,
+    av: AddressVector,
+    device: Device,
+}
+
+impl AddressHandle {
+    pub(crate) fn create(pd: &ProtectionDomain, av: &AddressVector) -> Result<AddressHandle> {
+        let dev = &pd.device;
+        let sgid = dev.gid(av.sgid_index)?;
+        if av.dgid.is_zero() || av.dgid.to_ip().is_ipv4() != sgid.to_ip().is_ipv4() {
+            return Err(Error::Unreachable(av.dgid));
+        }
+        let max = dev.shared.attr.max_ah;
+        let mut ahs = dev.shared.ahs.write();
+        if ahs.len() >= max as usize {
+            return Err(Error::Limit { what: "max_ah", max: max as u64 });
+        }
+        let id = dev.shared.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ahs.insert(id, AhEntry { pd: pd.id, av: *av });
+        Ok(AddressHandle { id, av: *av, device: dev.clone() })
+    }
+
+    /// The handle's number (what [`UdDest::ah`] carries).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+    /// The address vector it was created with.
+    pub fn attr(&self) -> &AddressVector {
+        &self.av
+    }
+    /// The destination of a UD send through this handle to QP `remote_qpn` with `qkey` (a
+    /// Q_Key with the high bit set means "the sending QP's own Q_Key", as in ibverbs).
+    pub fn dest(&self, remote_qpn: u32, qkey: u32) -> UdDest {
+        UdDest { ah: self.id, remote_qpn, remote_qkey: qkey }
+    }
+}
+
+impl Drop for AddressHandle {
+    fn drop(&mut self) {
+        self.device.shared.ahs.write().remove(&self.id);
+    }
+}
