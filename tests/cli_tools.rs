@@ -1,4 +1,4 @@
-//! `softroce rc-pingpong`, `devinfo` and `counters` between processes on loopback.
+//! `softroce {rc,uc,ud,srq}-pingpong`, `devinfo` and `counters` between processes on loopback.
 
 mod common;
 
@@ -20,10 +20,14 @@ fn port() -> u16 {
 }
 
 fn pingpong(extra: &[&str], run_dir: &std::path::Path) -> (Output, Output) {
+    pingpong_tool("rc-pingpong", extra, run_dir)
+}
+
+fn pingpong_tool(tool: &str, extra: &[&str], run_dir: &std::path::Path) -> (Output, Output) {
     let (s, c) = (common::verbs::loopback_ip(), common::verbs::loopback_ip());
     let p = port().to_string();
     let server = softroce()
-        .args(["rc-pingpong", "-d", &s, "-p", &p])
+        .args([tool, "-d", &s, "-p", &p])
         .args(extra)
         .env("SOFTROCE_RUN_DIR", run_dir)
         .stdout(Stdio::piped())
@@ -32,7 +36,7 @@ fn pingpong(extra: &[&str], run_dir: &std::path::Path) -> (Output, Output) {
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let client = softroce()
-        .args(["rc-pingpong", "-d", &c, "-p", &p])
+        .args([tool, "-d", &c, "-p", &p])
         .args(extra)
         .arg(&s)
         .env("SOFTROCE_RUN_DIR", run_dir)
@@ -92,6 +96,47 @@ fn rc_pingpong_pairs_and_prints_rdma_core_lines() {
     }
     let o = softroce().args(["counters"]).env("SOFTROCE_RUN_DIR", &dir).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "no running device: {}", text(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn uc_ud_srq_pingpong_pair_and_print_rdma_core_lines() {
+    let dir = std::env::temp_dir().join(format!("sr-cli-x-{}", std::process::id()));
+    for (tool, extra, qps, size) in [
+        ("uc-pingpong", vec!["-n", "100", "-s", "20000", "-c"], 1, 20000u64),
+        ("ud-pingpong", vec!["-n", "100", "-c"], 1, 1024),
+        ("ud-pingpong", vec!["-n", "50", "-s", "16", "-e"], 1, 16),
+        ("srq-pingpong", vec!["-n", "300", "-q", "5", "-c"], 5, 4096),
+    ] {
+        let (s, c) = pingpong_tool(tool, &extra, &dir);
+        assert!(
+            c.status.success() && s.status.success(),
+            "{tool} {extra:?}\nclient:\n{}\nserver:\n{}",
+            text(&c),
+            text(&s)
+        );
+        let n: u64 = extra[1].parse().unwrap();
+        for out in [text(&s), text(&c)] {
+            let lines: Vec<&str> = out.lines().collect();
+            let sep = if tool == "ud-pingpong" { ": GID" } else { ", GID" };
+            for l in &lines[..qps] {
+                assert!(l.starts_with("  local address:  LID 0x0000, QPN 0x") && l.contains(sep), "{out}");
+            }
+            for l in &lines[qps..2 * qps] {
+                assert!(l.starts_with("  remote address: LID 0x0000, QPN 0x"), "{out}");
+            }
+            assert!(lines[2 * qps].starts_with(&format!("{} bytes in ", 2 * n * size)), "{out}");
+            assert!(lines[2 * qps + 1].starts_with(&format!("{n} iters in ")), "{out}");
+            assert!(!out.contains("invalid data"), "{out}");
+        }
+    }
+    // UD: the message must fit the port's MTU (loopback: 4096).
+    let ip = common::verbs::loopback_ip();
+    let o = softroce().args(["ud-pingpong", "-d", &ip, "-s", "8192", "127.0.0.1"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("Requested size larger than port MTU (4096)"), "{}", text(&o));
+    let o = softroce().args(["srq-pingpong", "-d", &ip, "-q", "600", "127.0.0.1"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

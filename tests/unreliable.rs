@@ -368,8 +368,8 @@ fn srq_shared_by_many_qps_with_its_limit_event() {
         srq.post_recv(RecvWr::new(99, &[mr2.sge(0, 8)])),
         Err(Error::Post(PostError::QueueFull))
     ));
-    srq.arm_limit(16).unwrap();
-    assert_eq!(srq.query().unwrap(), SrqAttr { max_wr: 64, max_sge: 2, srq_limit: 16 });
+    srq.arm_limit(60).unwrap();
+    assert_eq!(srq.query().unwrap(), SrqAttr { max_wr: 64, max_sge: 2, srq_limit: 60 });
     // Every sender QP sends MSGS messages of 3000 bytes tagged with (qp, seq).
     for q in 0..QPS {
         for m in 0..MSGS {
@@ -409,12 +409,13 @@ fn srq_shared_by_many_qps_with_its_limit_event() {
             assert!(buf == numbered((q as u64 * 1000 + next[q]) as u32, 3000), "QP {q} message {}", next[q]);
             next[q] += 1;
             received += 1;
-            srq.post_recv(RecvWr::new(
-                posted,
-                &[mr2.sge(slot(posted), 2048), mr2.sge(slot(posted) + 2048, 2048)],
-            ))
-            .unwrap();
-            posted += 1;
+            // The first five receives are not replaced at once: the SRQ falls below its limit
+            // of 60 whatever the timing.
+            while received > 5 && posted < received + 64 {
+                let sges = [mr2.sge(slot(posted), 2048), mr2.sge(slot(posted) + 2048, 2048)];
+                srq.post_recv(RecvWr::new(posted, &sges)).unwrap();
+                posted += 1;
+            }
         }
         let n = cq1.poll(&mut wcs).unwrap();
         for wc in &wcs[..n] {
@@ -473,4 +474,46 @@ fn srq_misuse_is_a_typed_error() {
     // An address handle to another address family.
     let av = AddressVector::new(Gid::from_ip("::1".parse().unwrap()), 1);
     assert!(matches!(pd.create_ah(&av), Err(Error::Unreachable(_))));
+}
+
+#[test]
+fn ud_qps_can_share_a_receive_queue() {
+    let a = ud_node(udp_dev(), 1 << 16);
+    let d = udp_dev();
+    let pd = d.alloc_pd().unwrap();
+    let cq = d.create_cq(256).unwrap();
+    let srq = pd.create_srq(&SrqInitAttr { max_wr: 64, max_sge: 1, srq_limit: 0 }).unwrap();
+    let mr = pd.alloc_mr(1 << 20, Access::LOCAL_WRITE).unwrap();
+    let qps: Vec<QueuePair> = (0..3)
+        .map(|_| {
+            let mut init = QpInitAttr::ud(&cq, &cq);
+            init.srq = Some(&srq);
+            let qp = pd.create_qp(&init).unwrap();
+            qp.modify(&QpAttrs::init_ud(QKEY)).unwrap();
+            qp.modify(&QpAttrs::rtr_ud()).unwrap();
+            qp.modify(&QpAttrs::rts_unreliable(1)).unwrap();
+            qp
+        })
+        .collect();
+    for k in 0..64u64 {
+        srq.post_recv(RecvWr::new(k, &[mr.sge(k as usize * 2048, 2048)])).unwrap();
+    }
+    let ah =
+        a.pd.create_ah(&AddressVector::new(d.gid(d.default_gid_index()).unwrap(), a.dev.default_gid_index()))
+            .unwrap();
+    for i in 0..30u32 {
+        a.mr.write(0, &numbered(i, 512)).unwrap();
+        let mut wr = SendWr::new(i as u64, SendOp::Send, &[a.mr.sge(0, 512)]);
+        wr.ud = Some(ah.dest(qps[i as usize % 3].qp_num(), QKEY));
+        a.qp.post_send(wr).unwrap();
+        assert_eq!(a.wait().status, WcStatus::Success);
+        let wc = cq.poll_one_wait(Duration::from_secs(10)).unwrap().expect("a receive");
+        assert_eq!(
+            (wc.status, wc.wr_id, wc.qp_num),
+            (WcStatus::Success, i as u64, qps[i as usize % 3].qp_num())
+        );
+        let mut buf = vec![0u8; 512];
+        mr.read(i as usize * 2048 + 40, &mut buf).unwrap();
+        assert!(buf == numbered(i, 512));
+    }
 }

@@ -1,5 +1,6 @@
 #!/bin/bash
-# matrix.sh - softroce against kernel rxe: every peer tool, both directions, both PMTUs,
+# matrix.sh - softroce against kernel rxe: every peer tool (ibv_{rc,uc,ud,srq}_pingpong, perftest,
+# labpeer), both directions, both PMTUs,
 # with and without loss; every packet softroce sent checked by tshark and accepted by rxe.
 #
 #   tests/interop/matrix.sh [FILTER]       (as root; FILTER = substring of the run names)
@@ -225,6 +226,19 @@ for mtu in 1500 9000; do
         rxe_port=18515 run "pp-rxe2sr-$pmtu-$size" $pmtu "" ibv_rc_pingpong "SEND $size B" "rxe → softroce" client \
             "ibv_rc_pingpong -g 1 -m $pmtu -s $size -n $n -c $HOST" \
             "$SR rc-pingpong -d $HOST -g 1 -m $pmtu -s $size -n $n -c" "$PP_OK"
+    done
+    # ---- ibv_{uc,ud,srq}_pingpong <-> softroce {uc,ud,srq}-pingpong
+    for t in uc ud srq; do
+        case $t in
+            uc) size=$([ $pmtu = 1024 ] && echo 4096 || echo 65536); args="-g 1 -m $pmtu -s $size -n 200 -c"; what="UC SEND $size B" ;;
+            ud) size=$pmtu; args="-g 1 -s $size -n 200 -c"; what="UD SEND $size B" ;;
+            srq) size=4096; args="-g 1 -m $pmtu -s $size -q 4 -n 200 -c"; what="SEND $size B, 4 QPs on one SRQ" ;;
+        esac
+        [ $t = srq ] && [ $pmtu = 4096 ] && continue
+        rxe_port=18515 run "ppx-$t-sr2rxe-$pmtu" $pmtu "" "ibv_${t}_pingpong" "$what" "softroce → rxe" server \
+            "ibv_${t}_pingpong $args" "$SR $t-pingpong -d $HOST $args $VM" "$PP_OK"
+        rxe_port=18515 run "ppx-$t-rxe2sr-$pmtu" $pmtu "" "ibv_${t}_pingpong" "$what" "rxe → softroce" client \
+            "ibv_${t}_pingpong $args $HOST" "$SR $t-pingpong -d $HOST $args" "$PP_OK"
     done
     # ---- the lab sequence (SEND, SEND+imm, WRITE, WRITE+imm, READ, atomics, multi-SGE)
     rxe_port=18700 run "lab-sr2rxe-$pmtu" $pmtu "" labpeer "lab sequence" "softroce → rxe" server \
