@@ -296,7 +296,7 @@ fn json_report(
         "duration_s": p.duration.map(|d| d.secs),
         "margin_s": p.duration.map(|d| d.margin),
         "num_qps": p.num_qps,
-        "connection": "RC",
+        "connection": p.connection.name(),
         "tx_depth": p.tx_depth,
         "rx_depth": p.rx_depth,
         "cq_mod": p.cq_mod,

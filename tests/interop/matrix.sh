@@ -266,6 +266,15 @@ for mtu in 1500 9000; do
             perf "perf-send_bw-q3-$dir" $pmtu "" send_bw "8 KiB, 3 QPs" $dir "-q 3 -s 8192 -n 200" "-q 3 -s 8192 -n 200"
             perf "perf-send_bw-only-$dir" $pmtu "" send_bw "1000 B Only" $dir "-s 1000 -n 500" "-s 1000 -n 500"
         done
+        # UC (perftest -c UC): a lost packet loses its message, and a send test then waits
+        # forever, so these use 4 KiB messages and a shallow send queue (no bursts for the
+        # TCG guest's tap to drop)
+        for dir in sr2rxe rxe2sr; do
+            perf "perf-write_bw-uc-$dir" $pmtu "" write_bw "UC, 4 KiB" $dir "-c UC -s 4096 -t 16 -n 500" "-c UC -s 4096 -t 16 -n 500"
+            perf "perf-send_bw-uc-$dir" $pmtu "" send_bw "UC, 4 KiB" $dir "-c UC -s 4096 -t 16 -n 500" "-c UC -s 4096 -t 16 -n 500"
+        done
+        perf "perf-send_lat-uc-sr2rxe" $pmtu "" send_lat "UC" sr2rxe "-c UC -n 200" "-c UC -n 200"
+        perf "perf-write_lat-uc-rxe2sr" $pmtu "" write_lat "UC" rxe2sr "-c UC -n 200" "-c UC -n 200"
         perf "perf-write_bw-all-rxe2sr" $pmtu "" write_bw "-a: 2 B .. 8 MiB" rxe2sr "-a -n 5" "-a -n 5"
         perf "perf-read_bw-all-sr2rxe" $pmtu "" read_bw "-a: 2 B .. 8 MiB" sr2rxe "-a -n 5" "-a -n 5"
     else

@@ -173,7 +173,7 @@ pub struct TestOpts {
     #[arg(short = 'A', long = "atomic_type", value_name = "TYPE")]
     pub atomic_type: Option<String>,
 
-    /// Connection type: RC (default); UC and UD come later [perftest -c/--connection]
+    /// Connection type: RC (default), or UC for the write and send tests (UD comes later) [perftest -c/--connection]
     #[arg(short = 'c', long = "connection", value_name = "TYPE")]
     pub connection: Option<String>,
 

@@ -4,6 +4,7 @@
 use crate::cli::common::CliError;
 use crate::cli::oob::Role;
 use crate::cli::oob::perftest::PerftestTest;
+use crate::cli::report::ConnectionType;
 use crate::cli::report::{AtomicType, BwUnits, RESULT_LINE, Verb};
 
 use super::args::TestOpts;
@@ -85,6 +86,8 @@ pub struct Params {
     pub tclass: u8,
     /// `--json`.
     pub json: bool,
+    /// `-c`: the QP type (RC, or UC for the write and send tests).
+    pub connection: ConnectionType,
     /// Notices perftest prints on stdout while applying its dependencies.
     pub notices: Vec<String>,
 }
@@ -205,30 +208,27 @@ pub fn resolve(test: PerftestTest, o: &TestOpts) -> Result<Params, CliError> {
         Some(x) => Some(in_range("-x", "Gid index", x, 0, 64)? as u8),
         None => None,
     };
-    if let Some(c) = &o.connection {
-        match c.as_str() {
-            "RC" => {}
-            "UC" if read_atomic => {
-                return Err(usage("-c UC: UC connection not possible in READ/ATOMIC verbs"));
-            }
-            "UD" if !send => return Err(usage("-c UD: UD connection only possible in SEND verb")),
-            "UC" | "UD" => {
-                return Err(usage(format!(
-                    "-c {c}: {c} queue pairs are not implemented in softroce yet (they come later); use -c RC"
-                )));
-            }
-            "XRC" | "DC" | "SRD" | "RawEth" => {
-                return Err(usage(format!(
-                    "-c {c}: {c} is not supported by softroce (rxe has no {c} either); use -c RC"
-                )));
-            }
-            other => {
-                return Err(usage(format!(
-                    "-c {other}: unknown connection type (choose RC; UC and UD come later)"
-                )));
-            }
+    let connection = match o.connection.as_deref() {
+        None | Some("RC") => ConnectionType::Rc,
+        Some("UC") if read_atomic => {
+            return Err(usage("-c UC: UC connection not possible in READ/ATOMIC verbs"));
         }
-    }
+        Some("UC") => ConnectionType::Uc,
+        Some("UD") if !send => return Err(usage("-c UD: UD connection only possible in SEND verb")),
+        Some("UD") => {
+            return Err(usage("-c UD: UD is not implemented in softroce perf yet; use -c RC or -c UC"));
+        }
+        Some(c @ ("XRC" | "DC" | "SRD" | "RawEth")) => {
+            return Err(usage(format!(
+                "-c {c}: {c} is not supported by softroce (rxe has no {c} either); use -c RC"
+            )));
+        }
+        Some(other) => {
+            return Err(usage(format!(
+                "-c {other}: unknown connection type (choose RC or UC; UD comes later)"
+            )));
+        }
+    };
     if let Some(q) = o.qp {
         if !bw {
             return Err(usage("-q: Multiple QPs only available on bw tests"));
@@ -395,6 +395,7 @@ pub fn resolve(test: PerftestTest, o: &TestOpts) -> Result<Params, CliError> {
         sl: o.sl.unwrap_or(0),
         tclass: o.tclass.unwrap_or(0),
         json: o.json,
+        connection,
         notices,
     })
 }
@@ -474,8 +475,7 @@ mod tests {
             (PerftestTest::AtomicBw, TestOpts { size: Some("16".into()), ..client() }, "Atomic"),
             (PerftestTest::AtomicLat, TestOpts { all: true, ..client() }, "Atomic"),
             (PerftestTest::WriteBw, TestOpts { connection: Some("UD".into()), ..client() }, "SEND verb"),
-            (PerftestTest::SendBw, TestOpts { connection: Some("UD".into()), ..client() }, "come later"),
-            (PerftestTest::WriteBw, TestOpts { connection: Some("UC".into()), ..client() }, "come later"),
+            (PerftestTest::SendBw, TestOpts { connection: Some("UD".into()), ..client() }, "not implemented"),
             (PerftestTest::ReadBw, TestOpts { connection: Some("UC".into()), ..client() }, "READ/ATOMIC"),
             (PerftestTest::WriteBw, TestOpts { iters: Some(4), ..client() }, "between 5 and"),
             (PerftestTest::WriteBw, TestOpts { events: true, ..client() }, "WRITE verb"),

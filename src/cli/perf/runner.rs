@@ -939,7 +939,7 @@ impl<'a> Runner<'a> {
         let mut dests = Vec::with_capacity(nqps);
         for i in 0..nqps {
             let init = QpInitAttr {
-                qp_type: QpType::Rc,
+                qp_type: if p.connection == ConnectionType::Uc { QpType::Uc } else { QpType::Rc },
                 send_cq: &send_cq,
                 recv_cq: recv_cq.as_ref().unwrap_or(&send_cq),
                 cap: QpCaps {
@@ -986,7 +986,7 @@ impl<'a> Runner<'a> {
             device: self.dev.name().to_string(),
             num_qps: p.num_qps,
             transport: "IB".into(),
-            connection: ConnectionType::Rc,
+            connection: p.connection,
             use_srq: false,
             // As Debian's build (HAVE_RO) shows it; write_lat always disables it.
             pcie_relaxed: p.test != PerftestTest::WriteLat,
@@ -1019,9 +1019,15 @@ impl<'a> Runner<'a> {
                 flow_label: 0,
                 sl: p.sl,
             };
-            let mut rtr = QpAttrs::rtr(av, mtu, peer.qpn, peer.psn);
-            rtr.max_dest_rd_atomic = Some(self.out_reads.min(255) as u8);
-            rtr.min_rnr_timer = Some(12);
+            let uc = p.connection == ConnectionType::Uc;
+            let rtr = if uc {
+                QpAttrs::rtr_uc(av, mtu, peer.qpn, peer.psn)
+            } else {
+                let mut rtr = QpAttrs::rtr(av, mtu, peer.qpn, peer.psn);
+                rtr.max_dest_rd_atomic = Some(self.out_reads.min(255) as u8);
+                rtr.min_rnr_timer = Some(12);
+                rtr
+            };
             qp.modify(&rtr).map_err(|e| {
                 CliError::failed(format!(
                     "Failed to modify QP {:#x} to RTR: {e} (peer GID {}, QPN {:#x})",
@@ -1030,7 +1036,10 @@ impl<'a> Runner<'a> {
                     peer.qpn
                 ))
             })?;
-            if rts {
+            if rts && uc {
+                qp.modify(&QpAttrs::rts_unreliable(self.p_psn(i)))
+                    .map_err(|e| CliError::failed(format!("Failed to modify QP to RTS: {e}")))?;
+            } else if rts {
                 let mut a = QpAttrs::rts(self.p_psn(i));
                 a.timeout = Some(p.qp_timeout);
                 a.retry_cnt = Some(7);
