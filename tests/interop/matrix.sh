@@ -73,7 +73,8 @@ check_capture() {
     ours=$("$RIG" host "$TSHARK -r $pcap -Y 'ip.src==$HOST && udp.dstport==4791' -T fields -e frame.number" 2>/dev/null | wc -l)
     decoded=$("$RIG" host "$TSHARK -r $pcap -Y 'ip.src==$HOST && udp.dstport==4791 && infiniband.bth' -T fields -e frame.number" 2>/dev/null | wc -l)
     experts=$("$RIG" host "$TSHARK -r $pcap -Y 'ip.src==$HOST && udp.dstport==4791 && (_ws.malformed || _ws.expert.severity >= 4194304)' -T fields -e frame.number" 2>/dev/null | wc -l)
-    if [ "$ours" -eq 0 ] || [ "$decoded" -ne "$ours" ] || [ "$experts" -ne 0 ]; then
+    # (a UC receiver answers nothing: runs that expect softroce to be silent say silent=1)
+    if { [ "$ours" -eq 0 ] && [ -z "${silent:-}" ]; } || [ "$decoded" -ne "$ours" ] || [ "$experts" -ne 0 ]; then
         echo "tshark: $ours packets from softroce, $decoded decoded as InfiniBand, $experts with errors"; bad=1
     fi
     if ! icrc=$("$SR" dump --check "$pcap" | tail -1); then
@@ -266,12 +267,13 @@ for mtu in 1500 9000; do
             perf "perf-send_bw-q3-$dir" $pmtu "" send_bw "8 KiB, 3 QPs" $dir "-q 3 -s 8192 -n 200" "-q 3 -s 8192 -n 200"
             perf "perf-send_bw-only-$dir" $pmtu "" send_bw "1000 B Only" $dir "-s 1000 -n 500" "-s 1000 -n 500"
         done
-        # UC (perftest -c UC): a lost packet loses its message, and a send test then waits
-        # forever, so these use 4 KiB messages and a shallow send queue (no bursts for the
-        # TCG guest's tap to drop)
+        # UC (perftest -c UC): nothing paces a UC sender, and a lost packet loses its message
+        # (a send test then waits forever), so these send 100 messages of 4 KiB: 400 packets,
+        # which the TCG guest's tap queue absorbs. The receiving softroce sends nothing.
         for dir in sr2rxe rxe2sr; do
-            perf "perf-write_bw-uc-$dir" $pmtu "" write_bw "UC, 4 KiB" $dir "-c UC -s 4096 -t 16 -n 500" "-c UC -s 4096 -t 16 -n 500"
-            perf "perf-send_bw-uc-$dir" $pmtu "" send_bw "UC, 4 KiB" $dir "-c UC -s 4096 -t 16 -n 500" "-c UC -s 4096 -t 16 -n 500"
+            sil=$([ $dir = rxe2sr ] && echo 1)
+            silent=$sil perf "perf-write_bw-uc-$dir" $pmtu "" write_bw "UC, 4 KiB" $dir "-c UC -s 4096 -n 100" "-c UC -s 4096 -n 100"
+            silent=$sil perf "perf-send_bw-uc-$dir" $pmtu "" send_bw "UC, 4 KiB" $dir "-c UC -s 4096 -n 100" "-c UC -s 4096 -n 100"
         done
         perf "perf-send_lat-uc-sr2rxe" $pmtu "" send_lat "UC" sr2rxe "-c UC -n 200" "-c UC -n 200"
         perf "perf-write_lat-uc-rxe2sr" $pmtu "" write_lat "UC" rxe2sr "-c UC -n 200" "-c UC -n 200"
