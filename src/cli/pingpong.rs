@@ -35,6 +35,10 @@ pub struct PingpongArgs {
     /// Local IP address or network interface of the softroce device [ibv_rc_pingpong -d]
     #[arg(short = 'd', long = "ib-dev")]
     pub dev: Option<String>,
+    /// Packet I/O: `udp` (a UDP socket, unprivileged) or `raw` (an AF_PACKET socket on the
+    /// interface: full-strength ICRC checks, needs CAP_NET_RAW) [softroce only]
+    #[arg(long, value_enum, default_value_t = crate::cli::common::BackendArg::Udp)]
+    pub backend: crate::cli::common::BackendArg,
     /// Port of the device (only 1) [ibv_rc_pingpong -i]
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     pub ib_port: u8,
@@ -133,7 +137,7 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind) -> std::result::Result<(), Cli
         }
     };
 
-    let dev = open_device(a.dev.as_deref(), a.host.as_deref())?;
+    let dev = open_device(a.dev.as_deref(), a.host.as_deref(), a.backend)?;
     let gid_index = a.gid_idx.unwrap_or_else(|| dev.default_gid_index());
     let gid = dev.gid(gid_index).map_err(|_| {
         CliError::setup(format!(

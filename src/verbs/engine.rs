@@ -51,8 +51,11 @@ pub(crate) enum Command {
 /// Where a connected QP's packets go.
 struct Path {
     dst: SocketAddr,
+    src_ip: IpAddr,
     src_port: u16,
     tos: u8,
+    hop_limit: u8,
+    flow_label: u32,
     /// The IP/UDP headers the ICRC covers (identification set per packet).
     frame: RoceFrameRepr,
 }
@@ -227,7 +230,7 @@ impl Engine {
                     let _ = reply.send(());
                 }
                 Command::ModifyQp { qpn, attrs, reply } => {
-                    let r = st.modify(qpn, &attrs, self.backend.local_ip());
+                    let r = st.modify(qpn, &attrs, &self.backend.local_ips());
                     // The caller may post the moment modify returns: publish first.
                     st.publish_one(qpn);
                     let _ = reply.send(r);
@@ -340,6 +343,7 @@ impl Engine {
         // A GSO send is one UDP datagram to the kernel: at most 65507 bytes of payload.
         const MAX_GSO_BYTES: usize = 65_507;
         let numbered = backend.gso_numbers_ip_id();
+        let ecn = shared.ecn;
         let mut batch: Option<Batch> = None;
         let mut pos = 0usize;
         let mut sent = false;
@@ -363,10 +367,20 @@ impl Engine {
                     continue;
                 };
                 let len = t.len;
+                // ECT(0) on packets that carry payload, when the device asks for it and the
+                // address vector left the ECN bits alone.
+                let tos = if ecn && path.tos & 3 == 0 && carries_payload(&tx[pos..pos + len]) {
+                    path.tos | ECT0
+                } else {
+                    path.tos
+                };
                 let joins = batch.as_ref().is_some_and(|b| {
                     b.dst == path.dst
+                        && b.src_ip == path.src_ip
                         && b.src_port == path.src_port
-                        && b.tos == path.tos
+                        && b.tos == tos
+                        && b.hop_limit == path.hop_limit
+                        && b.flow_label == path.flow_label
                         && !b.closed
                         && b.count < max_seg
                         && (b.count + 1) * b.seg <= MAX_GSO_BYTES
@@ -377,8 +391,11 @@ impl Engine {
                     flush(backend.as_mut(), tx, &mut batch, &shared);
                     batch = Some(Batch {
                         dst: path.dst,
+                        src_ip: path.src_ip,
                         src_port: path.src_port,
-                        tos: path.tos,
+                        tos,
+                        hop_limit: path.hop_limit,
+                        flow_label: path.flow_label,
                         start: pos,
                         end: pos,
                         seg: len,
@@ -479,8 +496,11 @@ impl StatsFile {
 #[derive(Debug)]
 struct Batch {
     dst: SocketAddr,
+    src_ip: IpAddr,
     src_port: u16,
     tos: u8,
+    hop_limit: u8,
+    flow_label: u32,
     start: usize,
     end: usize,
     seg: usize,
@@ -504,11 +524,19 @@ impl State {
             icrc_unexpected_id: rx.icrc_unexpected_id.load(Ordering::Relaxed),
             send_err: rx.send_err.load(Ordering::Relaxed),
             rcvd_ecn_ce: rx.ecn_ce.load(Ordering::Relaxed),
+            rcvd_frame_truncated: rx.frame_truncated.load(Ordering::Relaxed),
+            rcvd_vlan_tagged: rx.vlan_tagged.load(Ordering::Relaxed),
+            rcvd_ip_hdr_err: rx.ip_hdr_err.load(Ordering::Relaxed),
+            rcvd_ipv6_ext_hdr: rx.ipv6_ext_hdr.load(Ordering::Relaxed),
+            rcvd_udp_len_err: rx.udp_len_err.load(Ordering::Relaxed),
+            rcvd_not_for_us: rx.not_for_us.load(Ordering::Relaxed),
+            send_neigh_unresolved: rx.neigh_unresolved.load(Ordering::Relaxed),
         }
     }
 
-    fn modify(&mut self, qpn: u32, attrs: &QpAttrs, local: IpAddr) -> Result<()> {
+    fn modify(&mut self, qpn: u32, attrs: &QpAttrs, locals: &[IpAddr]) -> Result<()> {
         let port = self.port;
+        let gids = &self.shared.gids;
         let slot = self.qps.get_mut(&qpn).ok_or(Error::NoSuchQp(qpn))?;
         slot.qp.modify(&attrs.to_update())?;
         if let Some(av) = attrs.av {
@@ -520,6 +548,13 @@ impl State {
             && slot.qp.attr().dest_qpn != 0
         {
             let dst_ip = av.dgid.to_ip();
+            // The source address is the one of the source GID when the device serves it and
+            // it is of the destination's family; else the device's first address of that family.
+            let sgid = gids.get(av.sgid_index as usize).map(|g| g.to_ip());
+            let local = sgid
+                .filter(|a| locals.contains(a) && a.is_ipv4() == dst_ip.is_ipv4())
+                .or_else(|| locals.iter().copied().find(|a| a.is_ipv4() == dst_ip.is_ipv4()))
+                .ok_or(Error::Unreachable(av.dgid))?;
             let src_port = rc_udp_sport(av.flow_label, qpn, slot.qp.attr().dest_qpn);
             let ip = match (local, dst_ip) {
                 (IpAddr::V4(src), IpAddr::V4(dst)) => {
@@ -529,15 +564,18 @@ impl State {
                     src,
                     dst,
                     traffic_class: av.traffic_class,
-                    flow_label: 0,
+                    flow_label: av.flow_label,
                     hop_limit: av.hop_limit,
                 },
                 _ => return Err(Error::Unreachable(av.dgid)),
             };
             slot.path = Some(Path {
                 dst: SocketAddr::new(dst_ip, port),
+                src_ip: local,
                 src_port,
                 tos: av.traffic_class,
+                hop_limit: av.hop_limit,
+                flow_label: av.flow_label,
                 frame: RoceFrameRepr { ip, src_port, dst_port: port, udp_checksum: false },
             });
         } else if slot.qp.qp_type() == QpType::Ud {
@@ -650,15 +688,26 @@ fn flush(backend: &mut dyn Backend, tx: &[u8], batch: &mut Option<Batch>, shared
     if let Some(b) = batch.take() {
         let out = Outgoing {
             dst: b.dst,
+            src_ip: b.src_ip,
             src_port: b.src_port,
             contents: &tx[b.start..b.end],
             segment_size: b.seg,
             tos: b.tos,
+            hop_limit: b.hop_limit,
+            flow_label: b.flow_label,
         };
         if backend.send(out).is_err() {
             shared.rx.send_err.fetch_add(b.count as u64, Ordering::Relaxed);
         }
     }
+}
+
+/// ECN codepoint ECT(0) (RFC 3168).
+const ECT0: u8 = 0b10;
+
+/// Whether a built packet (BTH first) is of an opcode that carries payload: what ECN marks.
+fn carries_payload(pkt: &[u8]) -> bool {
+    pkt.first().and_then(|&op| crate::wire::opcode::Opcode(op).info()).is_some_and(|i| i.payload)
 }
 
 /// Checks a received packet's ICRC with what the backend knows of its IP and UDP headers.
