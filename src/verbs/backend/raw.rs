@@ -31,7 +31,7 @@
 //! Each packet gets an Ethernet, IP and UDP header built with etherparse (IPv4: identification
 //! 0, DF, UDP checksum 0 as rxe sends; IPv6: the UDP checksum IPv6 requires); the engine has
 //! already computed the ICRC for exactly these fields. A batch goes out in one `sendmmsg`,
-//! header and payload as two iovecs (the payload is not copied). Every message names the
+//! virtio-net header, frame header and payload as three iovecs (the payload is not copied). Every message names the
 //! interface and the EtherType, so the kernel's `skb->protocol` is right for the egress path
 //! (qdiscs, nftables `netdev egress`, which do apply: the socket does not bypass the qdisc).
 //!
@@ -53,9 +53,23 @@ use crate::verbs::device::RxCounters;
 
 /// Frames per `recvmmsg`/`sendmmsg`.
 const BATCH: usize = 64;
-/// Bytes per receive slot: a 9000-byte jumbo frame and then some. Longer frames are
-/// truncated by the kernel, seen with `MSG_TRUNC` and dropped (no RoCEv2 packet is that long).
-const SLOT: usize = 9216 + 64;
+/// Bytes per receive slot: the virtio-net header and the largest frame, a GSO super-frame of
+/// 64 KiB of UDP (see [`VNET`]). Longer frames are truncated by the kernel, seen with
+/// `MSG_TRUNC` and dropped.
+const SLOT: usize = VNET + ETH + 60 + 65536;
+/// Length of the `virtio_net_hdr` in front of every frame (`PACKET_VNET_HDR`). Frames that
+/// never met a NIC — across a veth pair, or on loopback — may still be GSO super-frames
+/// (a UDP-socket peer sends 64 KiB with UDP GSO and veth passes it on whole); the header
+/// says so (`gso_type`, `gso_size`), and the backend cuts such a frame into the packets the
+/// wire would carry, as the kernel's segmentation would: IPv4 identification `id + k` for
+/// segment `k`, lengths per segment.
+const VNET: usize = 10;
+/// `virtio_net_hdr.gso_type` of UDP GSO (`VIRTIO_NET_HDR_GSO_UDP_L4`).
+const GSO_UDP_L4: u8 = 5;
+/// `virtio_net_hdr.gso_type` of UDP fragmentation offload (`VIRTIO_NET_HDR_GSO_UDP`).
+const GSO_UDP: u8 = 3;
+/// A zero `virtio_net_hdr` for sending: no offload asked.
+static VNET_NONE: [u8; VNET] = [0; VNET];
 /// Ethernet header.
 const ETH: usize = 14;
 const ETH_P_ALL: u16 = 0x0003;
@@ -416,6 +430,8 @@ impl RawBackend {
         // SAFETY: `raw` is a descriptor we just created and own nowhere else.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         attach_filter(raw, &prog)?;
+        // Every frame comes with a virtio-net header (see `VNET`); sends carry one too.
+        set_int(raw, libc::SOL_PACKET, libc::PACKET_VNET_HDR, 1)?;
         // Our own transmissions are not to be read back.
         let _ = set_int(raw, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1);
         // Room for a full window of the peer arriving back to back (root may exceed rmem_max).
@@ -581,20 +597,56 @@ impl Backend for RawBackend {
                 self.count(Drop::Truncated);
                 continue;
             }
-            let frame = &self.bufs[i][..(m.msg_len as usize).min(SLOT)];
-            match parse(frame, &self.ips, self.port) {
-                Ok(p) => {
-                    f(Datagram {
-                        payload: &frame[p.payload],
-                        src: p.src,
-                        dst: p.dst,
-                        dst_port: p.dst_port,
-                        ecn: p.ecn,
-                        ip_header: Some(&frame[p.ip]),
-                    });
-                    count += 1;
+            let buf = &self.bufs[i][..(m.msg_len as usize).min(SLOT)];
+            if buf.len() < VNET {
+                self.count(Drop::Truncated);
+                continue;
+            }
+            let (vnet, frame) = buf.split_at(VNET);
+            let p = match parse(frame, &self.ips, self.port) {
+                Ok(p) => p,
+                Err(d) => {
+                    self.count(d);
+                    continue;
                 }
-                Err(d) => self.count(d),
+            };
+            let gso_size = u16::from_le_bytes([vnet[4], vnet[5]]) as usize;
+            let payload = &frame[p.payload.clone()];
+            if !matches!(vnet[1], GSO_UDP_L4 | GSO_UDP) || gso_size == 0 || payload.len() <= gso_size {
+                f(Datagram {
+                    payload,
+                    src: p.src,
+                    dst: p.dst,
+                    dst_port: p.dst_port,
+                    ecn: p.ecn,
+                    ip_header: Some(&frame[p.ip]),
+                });
+                count += 1;
+                continue;
+            }
+            // A super-frame: each segment with the IP header segmentation would give it.
+            let ip = &frame[p.ip.clone()];
+            let mut hdr = [0u8; 60];
+            let hdr = &mut hdr[..ip.len()];
+            hdr.copy_from_slice(ip);
+            for (k, seg) in payload.chunks(gso_size).enumerate() {
+                let l4 = (8 + seg.len()) as u16;
+                if hdr[0] >> 4 == 4 {
+                    hdr[2..4].copy_from_slice(&(ip.len() as u16 + l4).to_be_bytes());
+                    let id = u16::from_be_bytes([ip[4], ip[5]]).wrapping_add(k as u16);
+                    hdr[4..6].copy_from_slice(&id.to_be_bytes());
+                } else {
+                    hdr[4..6].copy_from_slice(&l4.to_be_bytes());
+                }
+                f(Datagram {
+                    payload: seg,
+                    src: p.src,
+                    dst: p.dst,
+                    dst_port: p.dst_port,
+                    ecn: p.ecn,
+                    ip_header: Some(hdr),
+                });
+                count += 1;
             }
         }
         // Frames dropped here still count as work done: read on until the socket is empty.
@@ -616,8 +668,8 @@ impl Backend for RawBackend {
         let mut hdrs = std::mem::take(&mut self.hdrs);
         let mut result = Ok(());
         loop {
-            let mut iovs: [[libc::iovec; 2]; BATCH] =
-                [[libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 2]; BATCH];
+            let mut iovs: [[libc::iovec; 3]; BATCH] =
+                [[libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 3]; BATCH];
             let mut k = 0;
             for s in segs.by_ref().take(BATCH) {
                 let Some(hl) = self.header(&mut hdrs[k], &out, dst_mac, s) else {
@@ -625,6 +677,8 @@ impl Backend for RawBackend {
                     continue;
                 };
                 iovs[k] = [
+                    // The kernel only reads it (no offload asked).
+                    libc::iovec { iov_base: VNET_NONE.as_ptr() as *mut _, iov_len: VNET },
                     libc::iovec { iov_base: hdrs[k].as_mut_ptr().cast(), iov_len: hl },
                     libc::iovec { iov_base: s.as_ptr() as *mut _, iov_len: s.len() },
                 ];
@@ -639,7 +693,7 @@ impl Backend for RawBackend {
                 m.msg_hdr.msg_name = (&mut sll as *mut libc::sockaddr_ll).cast();
                 m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
                 m.msg_hdr.msg_iov = iov.as_mut_ptr();
-                m.msg_hdr.msg_iovlen = 2;
+                m.msg_hdr.msg_iovlen = 3;
             }
             let mut done = 0;
             let mut spins = 0;
