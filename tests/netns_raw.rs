@@ -126,12 +126,28 @@ fn text(o: &Output) -> String {
 /// Runs the lab sequence: server on side 0, client on side 1, each with its backend, over
 /// IPv4 or IPv6. Returns the server's and the client's output.
 fn lab(p: &Pair, backends: [&str; 2], v6: bool, size: &str, run_dir: Option<&Path>) -> (String, String) {
+    lab_with(p, backends, v6, size, run_dir, &[])
+}
+
+/// [`lab`] with extra arguments for both sides.
+fn lab_with(
+    p: &Pair,
+    backends: [&str; 2],
+    v6: bool,
+    size: &str,
+    run_dir: Option<&Path>,
+    extra: &[&str],
+) -> (String, String) {
     let lab = common::example("lab");
     let addr = if v6 { &p.v6 } else { &p.v4 };
-    let server = p.spawn(0, &lab, &["-s", "-d", &addr[0], "--backend", backends[0], "-t", "20"], run_dir);
+    let mut sargs = vec!["-s", "-d", &addr[0], "--backend", backends[0], "-t", "20"];
+    sargs.extend_from_slice(extra);
+    let server = p.spawn(0, &lab, &sargs, run_dir);
     std::thread::sleep(Duration::from_millis(200));
-    let client =
-        p.spawn(1, &lab, &["-d", &addr[1], "--backend", backends[1], "-z", size, "-t", "20", &addr[0]], None);
+    let mut cargs = vec!["-d", &addr[1], "--backend", backends[1], "-z", size, "-t", "20"];
+    cargs.extend_from_slice(extra);
+    cargs.push(&addr[0]);
+    let client = p.spawn(1, &lab, &cargs, None);
     let c = client.wait_with_output().unwrap();
     // A server whose client never came waits for it forever: give it 30 s.
     let mut server = server;
@@ -269,4 +285,49 @@ fn bad_icrc_frames_are_dropped_and_counted() {
     assert!(udp_len > 0, "the injected frames with a bad UDP length must be counted");
     assert_eq!(counter(&run_dir, "icrc_unexpected_id"), 0);
     let _ = std::fs::remove_dir_all(&run_dir);
+}
+
+/// ECN: with `ecn` on, data packets leave ECT(0) (counted by a rule on the client's egress,
+/// which then rewrites them to CE as a congested switch would); the server counts the CE
+/// marks it receives (`rcvd_ecn_ce`), over IPv4 and IPv6. DSCP comes from the traffic class.
+#[test]
+fn ecn_marks_are_sent_and_congestion_counted() {
+    if !privileged() {
+        return;
+    }
+    let p = Pair::new(4, 0);
+    let nft = |rest: &[&str]| {
+        let mut v = vec!["ip", "netns", "exec", p.ns[1].as_str(), "nft"];
+        v.extend_from_slice(rest);
+        sh(&v)
+    };
+    nft(&[
+        "insert", "rule", "netdev", "srraw", "egress", "ip", "ecn", "ect0", "counter", "ip", "ecn", "set",
+        "ce",
+    ]);
+    nft(&[
+        "insert", "rule", "netdev", "srraw", "egress", "ip6", "ecn", "ect0", "counter", "ip6", "ecn", "set",
+        "ce",
+    ]);
+    for v6 in [false, true] {
+        let run_dir = std::env::temp_dir().join(format!("srraw-ecn-{}-{v6}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&run_dir);
+        std::fs::create_dir_all(&run_dir).unwrap();
+        lab_with(&p, ["raw", "raw"], v6, "65536", Some(&run_dir), &["--ecn"]);
+        let ce = counter(&run_dir, "rcvd_ecn_ce");
+        println!("v6={v6}: server counted rcvd_ecn_ce={ce}");
+        assert!(ce > 0, "the CE marks must be counted");
+        let _ = std::fs::remove_dir_all(&run_dir);
+    }
+    let rules = nft(&["list", "table", "netdev", "srraw"]);
+    let marked: Vec<u64> = rules
+        .lines()
+        .filter(|l| l.contains("ecn ect0"))
+        .filter_map(|l| l.split_whitespace().skip_while(|w| *w != "packets").nth(1)?.parse().ok())
+        .collect();
+    println!("{rules}");
+    assert!(
+        marked.len() == 2 && marked.iter().all(|&n| n > 0),
+        "ECT(0) packets over IPv4 and IPv6: {marked:?}"
+    );
 }

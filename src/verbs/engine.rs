@@ -574,7 +574,7 @@ impl State {
                 src_ip: local,
                 src_port,
                 tos: av.traffic_class,
-                hop_limit: av.hop_limit,
+                hop_limit: route_hop_limit(dst_ip),
                 flow_label: av.flow_label,
                 frame: RoceFrameRepr { ip, src_port, dst_port: port, udp_checksum: false },
             });
@@ -700,6 +700,18 @@ fn flush(backend: &mut dyn Backend, tx: &[u8], batch: &mut Option<Batch>, shared
             shared.rx.send_err.fetch_add(b.count as u64, Ordering::Relaxed);
         }
     }
+}
+
+/// The TTL / hop limit packets to `dst` leave with: the system default, whatever the address
+/// vector says, as on kernel RoCE (`ib_resolve_eth_dmac` replaces the AH's hop limit with the
+/// route's, so kernel rxe sends TTL 64 where `ibv_rc_pingpong` asks for 1).
+fn route_hop_limit(dst: IpAddr) -> u8 {
+    let file = if dst.is_ipv4() {
+        "/proc/sys/net/ipv4/ip_default_ttl"
+    } else {
+        "/proc/sys/net/ipv6/conf/default/hop_limit"
+    };
+    std::fs::read_to_string(file).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(64)
 }
 
 /// ECN codepoint ECT(0) (RFC 3168).
