@@ -41,7 +41,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -422,13 +422,13 @@ impl RawBackend {
             "too many addresses for one filter",
         )))?;
         // Protocol 0: the socket receives nothing until it is bound below, after the filter.
-        // SAFETY: plain socket creation; the descriptor is owned at once.
-        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        // SAFETY: `raw` is a descriptor we just created and own nowhere else.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let sock = socket2::Socket::new(
+            socket2::Domain::from(libc::AF_PACKET),
+            socket2::Type::from(libc::SOCK_RAW),
+            None,
+        )?;
+        let fd: OwnedFd = sock.into();
+        let raw = fd.as_raw_fd();
         attach_filter(raw, &prog)?;
         // Every frame comes with a virtio-net header (see `VNET`); sends carry one too.
         set_int(raw, libc::SOL_PACKET, libc::PACKET_VNET_HDR, 1)?;
