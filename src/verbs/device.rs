@@ -69,7 +69,8 @@ pub struct DeviceConfig {
     /// Device name (`softroce0` by default).
     pub name: Option<String>,
     /// Send runs of equal-sized packets with UDP GSO (one system call for up to 64
-    /// packets). Without it, every packet is its own `sendmsg`.
+    /// packets; the raw backend sends them as one GSO super-frame). Without it, every packet
+    /// is its own `sendmsg` (the raw backend: its own frame, 64 per `sendmmsg`).
     pub gso: bool,
     /// Mark packets that carry payload ECN-capable (ECT(0)) unless the address vector's
     /// traffic class already sets ECN bits, so that switches mark congestion (CE) instead
@@ -516,6 +517,7 @@ impl Device {
                     info.loopback,
                     info.addresses.clone(),
                     cfg.port,
+                    cfg.gso,
                     rx.clone(),
                 )
                 .map_err(|e| match e {
