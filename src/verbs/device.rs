@@ -518,6 +518,7 @@ impl Device {
                     info.addresses.clone(),
                     cfg.port,
                     cfg.gso,
+                    info.port.netdev_mtu,
                     rx.clone(),
                 )
                 .map_err(|e| match e {

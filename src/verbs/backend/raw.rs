@@ -114,6 +114,8 @@ pub(crate) struct RawBackend {
     rx: Arc<RxCounters>,
     /// Send runs as GSO super-frames (until the kernel refuses one).
     gso: bool,
+    /// The interface's MTU: no packet larger than this leaves, GSO or not.
+    mtu: usize,
     neigh: Neighbours,
     /// Bound, filtered to drop everything, never read: see the module documentation.
     _guards: Vec<UdpSocket>,
@@ -424,6 +426,7 @@ impl RawBackend {
         ips: Vec<IpAddr>,
         port: u16,
         gso: bool,
+        mtu: u32,
         rx: Arc<RxCounters>,
     ) -> Result<RawBackend, OpenError> {
         let prog = filter(&ips, port).ok_or(OpenError::Io(io::Error::new(
@@ -480,6 +483,7 @@ impl RawBackend {
             port,
             rx,
             gso,
+            mtu: mtu as usize,
             neigh: Neighbours::new(ifindex, loopback),
             _guards: guards,
             bufs: (0..BATCH).map(|_| vec![0u8; SLOT]).collect(),
@@ -750,6 +754,13 @@ impl Backend for RawBackend {
             return Ok(());
         };
         let proto = if out.dst.is_ipv4() { ETH_P_IP } else { ETH_P_IPV6 };
+        let ip_len = if out.dst.is_ipv4() { 20 } else { 40 };
+        if ip_len + 8 + seg > self.mtu {
+            // A path MTU above the link's (the kernel refuses such frames with EMSGSIZE; a
+            // GSO run would slip through and be dropped further on): nothing can be sent.
+            self.rx.send_err.fetch_add(total as u64, Ordering::Relaxed);
+            return Ok(());
+        }
         let mut sll = sockaddr_ll(self.ifindex, proto);
         sll.sll_halen = 6;
         sll.sll_addr[..6].copy_from_slice(&dst_mac);
