@@ -510,22 +510,21 @@ impl Device {
         let rx = Arc::new(RxCounters::default());
         let backend: Box<dyn super::backend::Backend> = match &cfg.backend {
             BackendKind::Raw => {
-                use super::backend::raw::{OpenError, RawBackend};
-                let b = RawBackend::new(
-                    info.ifindex as i32,
-                    info.mac,
-                    info.loopback,
-                    info.addresses.clone(),
-                    cfg.port,
-                    cfg.gso,
-                    info.port.netdev_mtu,
-                    rx.clone(),
-                )
-                .map_err(|e| match e {
-                    OpenError::Permission => Error::NeedsCapNetRaw { netdev: info.port.netdev.clone() },
-                    OpenError::Bind(addr, source) => Error::Bind { addr, source },
-                    OpenError::Io(source) => Error::RawSocket { netdev: info.port.netdev.clone(), source },
-                })?;
+                use super::backend::raw::{Link, OpenError, RawBackend};
+                let link = Link {
+                    ifindex: info.ifindex as i32,
+                    mac: info.mac,
+                    loopback: info.loopback,
+                    mtu: info.port.netdev_mtu,
+                };
+                let b = RawBackend::new(link, info.addresses.clone(), cfg.port, cfg.gso, rx.clone())
+                    .map_err(|e| match e {
+                        OpenError::Permission => Error::NeedsCapNetRaw { netdev: info.port.netdev.clone() },
+                        OpenError::Bind(addr, source) => Error::Bind { addr, source },
+                        OpenError::Io(source) => {
+                            Error::RawSocket { netdev: info.port.netdev.clone(), source }
+                        }
+                    })?;
                 Box::new(b)
             }
             BackendKind::Udp => {

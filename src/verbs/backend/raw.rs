@@ -416,19 +416,30 @@ fn parse(f: &[u8], ips: &[IpAddr], port: u16) -> Result<Parsed, Drop> {
     })
 }
 
+/// The network interface a raw backend opens.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Link {
+    /// Interface index.
+    pub ifindex: i32,
+    /// Its MAC address (zero for loopback).
+    pub mac: [u8; 6],
+    /// Loopback: no neighbours, zero MACs.
+    pub loopback: bool,
+    /// Its MTU.
+    pub mtu: u32,
+}
+
 impl RawBackend {
-    /// Opens a packet socket on interface `ifindex` for the addresses `ips` (the first is the
-    /// device's address); `gso`: send runs of packets as GSO super-frames.
+    /// Opens a packet socket on `link` for the addresses `ips` (the first is the device's
+    /// address); `gso`: send runs of packets as GSO super-frames.
     pub(crate) fn new(
-        ifindex: i32,
-        mac: [u8; 6],
-        loopback: bool,
+        link: Link,
         ips: Vec<IpAddr>,
         port: u16,
         gso: bool,
-        mtu: u32,
         rx: Arc<RxCounters>,
     ) -> Result<RawBackend, OpenError> {
+        let Link { ifindex, mac, loopback, mtu } = link;
         let prog = filter(&ips, port).ok_or(OpenError::Io(io::Error::new(
             io::ErrorKind::InvalidInput,
             "too many addresses for one filter",
