@@ -170,9 +170,10 @@ fn every_op_with_loss(n: u32, v6: bool) {
     if !privileged() {
         return;
     }
-    let p = Pair::new(n, 5);
-    // Two runs so that each direction carries bulk data (the client WRITEs and READs 1 MiB).
-    lab(&p, ["raw", "raw"], v6, "1048576", None);
+    // Runs of up to 64 packets cross veth as one GSO super-frame, which the rule drops whole:
+    // enough frames both ways (the client WRITEs and READs 4 MiB) that both rules drop some.
+    let p = Pair::new(n, 10);
+    lab(&p, ["raw", "raw"], v6, "4194304", None);
     let (d0, d1) = (p.dropped(0), p.dropped(1));
     println!("netdev egress dropped {d0} packets leaving the server, {d1} leaving the client");
     assert!(d0 > 0 && d1 > 0, "the egress rules must have dropped packets both ways ({d0}, {d1})");
