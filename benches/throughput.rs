@@ -12,6 +12,8 @@
 //! - `udp 64 B, one datagram per send`: the datagram rate for small messages.
 //! - `rc write 64 KiB, PMTU 4096`: RDMA WRITE bandwidth with 64 KiB messages, 64 in flight.
 //! - `rc send 64 B`: SEND message rate, 256 in flight, receives always posted.
+//! - `raw: rc write 64 KiB` and `raw: rc send 64 B`: the same two over the raw (AF_PACKET)
+//!   backend on `lo`. They need CAP_NET_RAW; without it they are skipped with the reason.
 //!
 //! The server side of each runs in a child process (this binary, re-executed).
 
@@ -42,8 +44,14 @@ fn main() {
     let udpg = if only_rc { skip } else { udp_bench(4140, 15, d) };
     let udp64 = if only_rc { skip } else { udp_bench(64 + 28, 1, d) };
     let only_write = std::env::args().any(|a| a == "write");
-    let w = rc_bench("write", 65536, d);
-    let s = if only_write { skip } else { rc_bench("send", 64, d) };
+    let w = rc_bench("write", 65536, d, "udp");
+    let s = if only_write { skip } else { rc_bench("send", 64, d, "udp") };
+    let raw = raw_skip_reason();
+    if let Some(why) = &raw {
+        println!("raw backend runs skipped: {why}");
+    }
+    let rw = if raw.is_some() { None } else { Some(rc_bench("write", 65536, d, "raw")) };
+    let rs = if raw.is_some() || only_write { None } else { Some(rc_bench("send", 64, d, "raw")) };
     println!();
     println!("{:<38} {:>12} {:>12}", "run", "Gb/s", "Mmsg/s");
     let row = |name: &str, bytes: f64, msgs: f64| {
@@ -54,11 +62,36 @@ fn main() {
     row("udp 64 B, one datagram per send", udp64.0, udp64.1);
     row("rc write 64 KiB, PMTU 4096", w.0, w.1);
     row("rc send 64 B", s.0, s.1);
+    if let Some(rw) = rw {
+        row("raw: rc write 64 KiB, PMTU 4096", rw.0, rw.1);
+    }
+    if let Some(rs) = rs {
+        row("raw: rc send 64 B", rs.0, rs.1);
+    }
     println!();
     println!("ratios (same invocation):");
     println!("  rc write / udp one-per-send  {:>6.2}", w.0 / udp1.0);
     println!("  rc write / udp GSO+GRO       {:>6.2}", w.0 / udpg.0);
     println!("  rc send 64 B / udp 64 B      {:>6.2}  (messages per second)", s.1 / udp64.1);
+    if let Some(rw) = rw {
+        println!("  raw rc write / udp rc write  {:>6.2}", rw.0 / w.0);
+    }
+    if let Some(rs) = rs {
+        println!("  raw rc send / udp rc send    {:>6.2}  (messages per second)", rs.1 / s.1);
+    }
+}
+
+/// Why the raw backend cannot run here, if it cannot (it needs CAP_NET_RAW).
+fn raw_skip_reason() -> Option<String> {
+    match Device::open(DeviceConfig::new("127.0.78.9").with_backend(BackendKind::Raw)) {
+        Ok(_) => None,
+        Err(e) => Some(e.to_string()),
+    }
+}
+
+/// The local addresses of the client and the server of a backend's runs.
+fn bench_addrs(backend: &str) -> (&'static str, &'static str) {
+    if backend == "raw" { ("127.0.78.1", "127.0.78.2") } else { ("127.0.77.1", "127.0.77.2") }
 }
 
 /// Starts this binary as the server of `role`; returns it and its first stdout line.
@@ -105,13 +138,13 @@ fn udp_bench(size: usize, gso: usize, d: Duration) -> (f64, f64) {
     (f[0] / f[2], f[1] / f[2])
 }
 
-fn rc_bench(kind: &str, size: usize, d: Duration) -> (f64, f64) {
-    let (ca, sa) = ("127.0.77.1", "127.0.77.2");
-    let (mut child, mut out, peer) = spawn("rc", &format!("{kind} {size} {sa}"));
+fn rc_bench(kind: &str, size: usize, d: Duration, backend: &str) -> (f64, f64) {
+    let (ca, sa) = bench_addrs(backend);
+    let (mut child, mut out, peer) = spawn("rc", &format!("{kind} {size} {sa} {backend}"));
     let p: Vec<&str> = peer.split_whitespace().collect();
     let (qpn, psn, raddr, rkey): (u32, u32, u64, u32) =
         (p[0].parse().unwrap(), p[1].parse().unwrap(), p[2].parse().unwrap(), p[3].parse().unwrap());
-    let dev = Device::open(DeviceConfig::new(ca)).unwrap();
+    let dev = Device::open(DeviceConfig::new(ca).with_backend(backend.parse().unwrap())).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8192).unwrap();
     let mut init = QpInitAttr::rc(&cq, &cq);
@@ -221,8 +254,8 @@ fn child(role: &str) {
             println!("{bytes} {dgrams} {secs}");
         }
         _ => {
-            let (kind, size, addr) = (args[1], args[2].parse::<usize>().unwrap(), args[3]);
-            let dev = Device::open(DeviceConfig::new(addr)).unwrap();
+            let (kind, size, addr, backend) = (args[1], args[2].parse::<usize>().unwrap(), args[3], args[4]);
+            let dev = Device::open(DeviceConfig::new(addr).with_backend(backend.parse().unwrap())).unwrap();
             let pd = dev.alloc_pd().unwrap();
             let cq = dev.create_cq(8192).unwrap();
             let mut init = QpInitAttr::rc(&cq, &cq);
@@ -239,7 +272,7 @@ fn child(role: &str) {
             let mut line = String::new();
             std::io::stdin().read_line(&mut line).unwrap();
             let p: Vec<u32> = line.split_whitespace().map(|x| x.parse().unwrap()).collect();
-            connect(&dev, &qp, p[0], p[1], "127.0.77.1", 0x2000);
+            connect(&dev, &qp, p[0], p[1], bench_addrs(backend).0, 0x2000);
             let mut posted = 0u64;
             if kind == "send" {
                 while posted < 4096 {

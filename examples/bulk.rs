@@ -51,6 +51,9 @@ struct Args {
     /// Send every packet with its own system call (no UDP GSO).
     #[arg(long)]
     no_gso: bool,
+    /// Packet I/O backend: udp or raw (AF_PACKET, needs CAP_NET_RAW).
+    #[arg(long, default_value = "udp")]
+    backend: BackendKind,
     /// Server address (client role).
     server_ip: Option<String>,
 }
@@ -93,8 +96,9 @@ struct Res {
     mr: MemoryRegion,
 }
 
-fn open(addr: &str, max: usize, gso: bool) -> Res {
-    let dev = Device::open(DeviceConfig { gso, ..DeviceConfig::new(addr) }).unwrap_or_else(|e| die(e));
+fn open(addr: &str, max: usize, gso: bool, backend: &BackendKind) -> Res {
+    let dev = Device::open(DeviceConfig { gso, ..DeviceConfig::new(addr).with_backend(backend.clone()) })
+        .unwrap_or_else(|e| die(e));
     let pd = dev.alloc_pd().unwrap_or_else(|e| die(e));
     let cq = dev.create_cq(4096).unwrap_or_else(|e| die(e));
     let mut init = QpInitAttr::rc(&cq, &cq);
@@ -158,7 +162,7 @@ fn connect(res: &Res, mtu: Mtu, qpn: u32, rq: u32, gid: Gid, sq: u32) {
 const DESC: usize = 16; // i, slot offset, length
 
 fn server(a: &Args, mtu: Mtu) {
-    let res = open(&a.dev, a.max, !a.no_gso);
+    let res = open(&a.dev, a.max, !a.no_gso, &a.backend);
     let listener = TcpListener::bind((a.dev.as_str(), a.port)).unwrap_or_else(|e| die(e));
     println!("listening");
     let (mut s, _) = listener.accept().unwrap_or_else(|e| die(e));
@@ -224,7 +228,7 @@ fn server(a: &Args, mtu: Mtu) {
 
 fn client(a: &Args, mtu: Mtu, ip: &str) {
     let total = parse_bytes(&a.bytes);
-    let res = open(&a.dev, a.max, !a.no_gso);
+    let res = open(&a.dev, a.max, !a.no_gso, &a.backend);
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut s = loop {
         match TcpStream::connect((ip, a.port)) {

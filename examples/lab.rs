@@ -60,6 +60,12 @@ struct Args {
     /// Verbose log on stderr.
     #[arg(short = 'v')]
     verbose: bool,
+    /// Packet I/O backend: udp or raw (AF_PACKET, needs CAP_NET_RAW).
+    #[arg(long, default_value = "udp")]
+    backend: BackendKind,
+    /// Mark data packets ECN-capable (ECT(0)).
+    #[arg(long)]
+    ecn: bool,
     /// The server's address (client role).
     server_ip: Option<String>,
 }
@@ -241,8 +247,10 @@ struct Res {
 }
 
 impl Res {
-    fn open(addr: &str, size: usize, access: Access) -> Res {
-        let dev = Device::open(DeviceConfig::new(addr)).unwrap_or_else(|e| die(e));
+    fn open(addr: &str, size: usize, access: Access, args: &Args) -> Res {
+        let cfg =
+            DeviceConfig { ecn: args.ecn, ..DeviceConfig::new(addr).with_backend(args.backend.clone()) };
+        let dev = Device::open(cfg).unwrap_or_else(|e| die(e));
         let pd = dev.alloc_pd().unwrap_or_else(|e| die(e));
         let cq = dev.create_cq(64).unwrap_or_else(|e| die(e));
         let mut init = QpInitAttr::rc(&cq, &cq);
@@ -436,7 +444,7 @@ fn client(args: &Args, target: &str) -> i32 {
         .dev
         .clone()
         .unwrap_or_else(|| stream.local_addr().map(|a| a.ip().to_string()).unwrap_or_default());
-    let res = Res::open(&local, size, Access::LOCAL_WRITE);
+    let res = Res::open(&local, size, Access::LOCAL_WRITE, args);
     let psn = args.psn.unwrap_or_else(rand_psn) & 0xff_ffff;
     let gid = res.qp.device().gid(args.gid_index).unwrap_or_else(|e| die(e));
     let me = Hello { qpn: res.qp.qp_num(), psn, gid, mtu: mtu_bytes, size };
@@ -641,7 +649,7 @@ fn server(args: &Args) -> i32 {
         die(why);
     }
     let (mtu, size) = (mtu.unwrap_or(Mtu::Mtu1024), peer.size);
-    let res = Res::open(&local, size, Access::ALL);
+    let res = Res::open(&local, size, Access::ALL, args);
     let psn = args.psn.unwrap_or_else(rand_psn) & 0xff_ffff;
     res.connect(&peer, args.gid_index, mtu, psn);
     let gid = res.qp.device().gid(args.gid_index).unwrap_or_else(|e| die(e));

@@ -211,3 +211,24 @@ fn json_outputs_parse() {
     assert!(String::from_utf8_lossy(&c.stderr).contains("iters in"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--backend raw` without CAP_NET_RAW: one line naming the capability, exit 4 (local setup).
+/// Needs root to drop to an unprivileged user with `setpriv`; skipped otherwise.
+#[test]
+fn raw_backend_without_cap_net_raw_says_so() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    let setpriv = Command::new("setpriv").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !root || !setpriv {
+        eprintln!("skipped: needs root and setpriv (util-linux) to drop CAP_NET_RAW");
+        return;
+    }
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .arg(env!("CARGO_BIN_EXE_softroce"))
+        .args(["rc-pingpong", "--backend", "raw", "-d", "127.0.0.1", "-n", "1"])
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(4), "{t}");
+    assert!(t.contains("CAP_NET_RAW") && t.lines().count() == 1, "{t}");
+}

@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use std::net::{IpAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use softroce::verbs::{Device, DeviceConfig, Error as VerbsError};
+use softroce::verbs::{BackendKind, Device, DeviceConfig, Error as VerbsError};
 
 /// Exit codes scripts can rely on (the real tools exit 1 for every failure; these refine it).
 pub mod exit {
@@ -62,6 +62,8 @@ impl From<VerbsError> for CliError {
             | VerbsError::NoSuchInterface(_)
             | VerbsError::NoAddress(_)
             | VerbsError::Bind { .. }
+            | VerbsError::NeedsCapNetRaw { .. }
+            | VerbsError::RawSocket { .. }
             | VerbsError::GidIndex { .. }
             | VerbsError::Limit { .. } => CliError::setup(e.to_string()),
             other => CliError::failed(other.to_string()),
@@ -73,6 +75,27 @@ impl From<VerbsError> for CliError {
 pub fn report(cmd: &str, e: &CliError) -> i32 {
     eprintln!("softroce {cmd}: {}", e.msg);
     e.code
+}
+
+/// `--backend`: how a device's packets leave and arrive.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendArg {
+    /// A UDP socket on port 4791 (unprivileged; the default).
+    #[default]
+    Udp,
+    /// An AF_PACKET socket on the interface: full-strength ICRC checks on receive, every
+    /// header field set by softroce (needs CAP_NET_RAW).
+    Raw,
+}
+
+impl BackendArg {
+    /// The library's backend.
+    pub fn kind(self) -> BackendKind {
+        match self {
+            BackendArg::Udp => BackendKind::Udp,
+            BackendArg::Raw => BackendKind::Raw,
+        }
+    }
 }
 
 /// The local address that reaches `peer` (the kernel's route choice; nothing is sent).
@@ -98,8 +121,9 @@ pub fn default_local_ip() -> IpAddr {
 }
 
 /// Opens the device a command names with `-d` (an IP address or interface name). Without
-/// `-d`: the address that reaches `peer` (clients), else the first interface address.
-pub fn open_device(dev: Option<&str>, peer: Option<&str>) -> Result<Device, CliError> {
+/// `-d`: the address that reaches `peer` (clients), else the first interface address. `backend`
+/// is `--backend`.
+pub fn open_device(dev: Option<&str>, peer: Option<&str>, backend: BackendArg) -> Result<Device, CliError> {
     let address = match dev {
         Some(d) => d.to_string(),
         None => match peer.and_then(|p| resolve_host(p).ok()).and_then(local_ip_towards) {
@@ -107,7 +131,7 @@ pub fn open_device(dev: Option<&str>, peer: Option<&str>) -> Result<Device, CliE
             None => default_local_ip().to_string(),
         },
     };
-    Device::open(DeviceConfig::new(&address)).map_err(|e| match e {
+    Device::open(DeviceConfig::new(&address).with_backend(backend.kind())).map_err(|e| match e {
         VerbsError::NoSuchInterface(name) if looks_like_rdma_device(&name) => CliError::setup(format!(
             "no network interface {name:?}: softroce devices are named by the local IP address or network interface to use (e.g. -d eth0 or -d 10.0.0.1)"
         )),

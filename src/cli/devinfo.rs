@@ -14,6 +14,10 @@ pub struct DevinfoArgs {
     /// address) [ibv_devinfo -d]
     #[arg(short = 'd', long = "ib-dev")]
     pub dev: Option<String>,
+    /// Packet I/O: `udp` (a UDP socket, unprivileged) or `raw` (an AF_PACKET socket on the
+    /// interface: full-strength ICRC checks, needs CAP_NET_RAW) [softroce only]
+    #[arg(long, value_enum, default_value_t = crate::cli::common::BackendArg::Udp)]
+    pub backend: crate::cli::common::BackendArg,
     /// Print all attributes, the limits and the GID table [ibv_devinfo -v]
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
@@ -29,7 +33,7 @@ fn mtu_line(m: softroce::verbs::Mtu) -> String {
 /// Runs `softroce devinfo`.
 pub fn run(a: &DevinfoArgs) -> i32 {
     let address = a.dev.clone().unwrap_or_else(|| default_local_ip().to_string());
-    let info = match DeviceInfo::query(&DeviceConfig::new(&address)) {
+    let info = match DeviceInfo::query(&DeviceConfig::new(&address).with_backend(a.backend.kind())) {
         Ok(i) => i,
         Err(e) => return report("devinfo", &CliError::from(e)),
     };

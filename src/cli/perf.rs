@@ -64,10 +64,11 @@ fn run_test(args: &PerfArgs) -> Result<(), CliError> {
         out.line(notice);
     }
 
-    let dev = open_device(p.ib_dev.as_deref(), p.host.as_deref()).map_err(|e| match &p.ib_dev {
-        Some(d) => CliError { msg: format!("-d {d}: {}", e.msg), ..e },
-        None => e,
-    })?;
+    let dev =
+        open_device(p.ib_dev.as_deref(), p.host.as_deref(), p.backend).map_err(|e| match &p.ib_dev {
+            Some(d) => CliError { msg: format!("-d {d}: {}", e.msg), ..e },
+            None => e,
+        })?;
     let gid_index = choose_gid_index(&dev, p.gid_index)?;
     let mtu = local_mtu(&dev, p.mtu, out);
     let out_reads = match (p.is_read_or_atomic(), p.outs) {

@@ -41,6 +41,10 @@ pub struct PingpongArgs {
     /// Local IP address or network interface of the softroce device [ibv_rc_pingpong -d]
     #[arg(short = 'd', long = "ib-dev")]
     pub dev: Option<String>,
+    /// Packet I/O: `udp` (a UDP socket, unprivileged) or `raw` (an AF_PACKET socket on the
+    /// interface: full-strength ICRC checks, needs CAP_NET_RAW) [softroce only]
+    #[arg(long, value_enum, default_value_t = crate::cli::common::BackendArg::Udp)]
+    pub backend: crate::cli::common::BackendArg,
     /// Port of the device (only 1) [ibv_rc_pingpong -i]
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     pub ib_port: u8,
@@ -109,6 +113,10 @@ pub struct UdPingpongArgs {
     /// Local IP address or network interface of the softroce device [ibv_ud_pingpong -d]
     #[arg(short = 'd', long = "ib-dev")]
     pub dev: Option<String>,
+    /// Packet I/O: `udp` (a UDP socket, unprivileged) or `raw` (an AF_PACKET socket on the
+    /// interface: full-strength ICRC checks, needs CAP_NET_RAW) [softroce only]
+    #[arg(long, value_enum, default_value_t = crate::cli::common::BackendArg::Udp)]
+    pub backend: crate::cli::common::BackendArg,
     /// Port of the device (only 1) [ibv_ud_pingpong -i]
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     pub ib_port: u8,
@@ -184,6 +192,7 @@ pub fn run_ud(u: &UdPingpongArgs) -> i32 {
     let a = PingpongArgs {
         port: u.port,
         dev: u.dev.clone(),
+        backend: u.backend,
         ib_port: u.ib_port,
         size: u.size,
         mtu: 1024, // unused: UD takes the port's MTU
@@ -268,7 +277,7 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind, num_qp: u32) -> std::result::R
         }
     };
 
-    let dev = open_device(a.dev.as_deref(), a.host.as_deref())?;
+    let dev = open_device(a.dev.as_deref(), a.host.as_deref(), a.backend)?;
     if ud && a.size > dev.query_port().active_mtu.bytes() {
         return Err(CliError::usage(format!(
             "Requested size larger than port MTU ({})",

@@ -33,8 +33,25 @@ pub enum BackendKind {
     /// A UDP socket bound to `<address>:4791` (unprivileged; the default).
     #[default]
     Udp,
+    /// An `AF_PACKET` socket on the network interface of the address (needs `CAP_NET_RAW`;
+    /// see [`super::backend::raw`]): whole frames built by softroce, every received ICRC
+    /// checked over the real IP header. Opened by interface name, the device serves every
+    /// address of the interface (IPv4 and IPv6, each a GID); opened by address, that address.
+    Raw,
     /// An in-process network for tests.
     Memory(MemoryNetwork),
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = String;
+    /// `udp` or `raw` (what `--backend` takes).
+    fn from_str(s: &str) -> std::result::Result<BackendKind, String> {
+        match s {
+            "udp" => Ok(BackendKind::Udp),
+            "raw" => Ok(BackendKind::Raw),
+            _ => Err(format!("unknown backend {s:?} (udp or raw)")),
+        }
+    }
 }
 
 /// What to open.
@@ -52,8 +69,13 @@ pub struct DeviceConfig {
     /// Device name (`softroce0` by default).
     pub name: Option<String>,
     /// Send runs of equal-sized packets with UDP GSO (one system call for up to 64
-    /// packets). Without it, every packet is its own `sendmsg`.
+    /// packets; the raw backend sends them as one GSO super-frame). Without it, every packet
+    /// is its own `sendmsg` (the raw backend: its own frame, 64 per `sendmmsg`).
     pub gso: bool,
+    /// Mark packets that carry payload ECN-capable (ECT(0)) unless the address vector's
+    /// traffic class already sets ECN bits, so that switches mark congestion (CE) instead
+    /// of dropping. Received CE marks are counted (`rcvd_ecn_ce`) either way.
+    pub ecn: bool,
 }
 
 impl DeviceConfig {
@@ -66,7 +88,12 @@ impl DeviceConfig {
             spin: default_spin(),
             name: None,
             gso: true,
+            ecn: false,
         }
+    }
+    /// The same with another backend.
+    pub fn with_backend(self, backend: BackendKind) -> DeviceConfig {
+        DeviceConfig { backend, ..self }
     }
     /// The same on an in-memory network.
     pub fn in_memory(net: &MemoryNetwork, address: impl Into<String>) -> DeviceConfig {
@@ -167,6 +194,14 @@ pub(crate) struct RxCounters {
     pub icrc_unexpected_id: AtomicU64,
     pub send_err: AtomicU64,
     pub ecn_ce: AtomicU64,
+    // Raw backend: frames dropped before the engine sees them, and sends without a MAC.
+    pub frame_truncated: AtomicU64,
+    pub vlan_tagged: AtomicU64,
+    pub ip_hdr_err: AtomicU64,
+    pub ipv6_ext_hdr: AtomicU64,
+    pub udp_len_err: AtomicU64,
+    pub not_for_us: AtomicU64,
+    pub neigh_unresolved: AtomicU64,
 }
 
 /// An asynchronous event (`ibv_async_event`).
@@ -207,7 +242,9 @@ pub(crate) struct DeviceShared {
     pub sleeping: AtomicBool,
     pub posted: SegQueue<u32>,
     pub events: SegQueue<AsyncEvent>,
-    pub rx: RxCounters,
+    pub rx: Arc<RxCounters>,
+    /// Mark data packets ECT(0) (`DeviceConfig::ecn`).
+    pub ecn: bool,
     pub next_id: AtomicU32,
     pub next_qpn: AtomicU32,
     pub qp_count: AtomicU32,
@@ -270,6 +307,8 @@ impl std::fmt::Debug for Device {
 #[derive(Debug, Clone)]
 struct Iface {
     name: String,
+    index: u32,
+    loopback: bool,
     mac: [u8; 6],
     ips: Vec<IpAddr>,
     mtu: u32,
@@ -284,6 +323,8 @@ fn interfaces() -> Vec<Iface> {
                 .and_then(|s| s.trim().parse().ok())
                 .unwrap_or(1500);
             Iface {
+                index: i.index,
+                loopback: i.is_loopback(),
                 mac: i.mac.map(|m| m.octets()).unwrap_or_default(),
                 ips: i.ips.iter().map(|n| n.ip()).collect(),
                 name: i.name,
@@ -304,6 +345,8 @@ fn resolve(address: &str) -> Result<(Iface, IpAddr)> {
         if ip.is_loopback() {
             let lo = ifaces.iter().find(|i| i.name == "lo").cloned().unwrap_or(Iface {
                 name: "lo".into(),
+                index: 1,
+                loopback: true,
                 mac: [0; 6],
                 ips: vec![],
                 mtu: 65536,
@@ -330,7 +373,8 @@ fn resolve(address: &str) -> Result<(Iface, IpAddr)> {
 /// index 0 is the default GID (`fe80::` + EUI-64 of the MAC), index 1 the device's IPv4
 /// address as `::ffff:a.b.c.d` (the index perftest and `-g 1` users expect), then its other
 /// addresses the way rxe orders them (IPv4, then IPv6 global before link-local).
-fn gid_table(iface: &Iface, ip: IpAddr) -> Vec<Gid> {
+fn gid_table(iface: &Iface, ips: &[IpAddr]) -> Vec<Gid> {
+    let ip = ips.first().copied().unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
     let default = if iface.mac == [0; 6] {
         // Loopback has no MAC: derive a stable link-local GID from the address instead.
         let mut g = [0u8; 16];
@@ -344,10 +388,28 @@ fn gid_table(iface: &Iface, ip: IpAddr) -> Vec<Gid> {
     } else {
         Gid::link_local_from_mac(iface.mac)
     };
-    let mut gids = vec![default, Gid::from_ip(ip)];
-    // Only the bound address is reachable through this device's socket; list it once.
-    gids.dedup();
+    // Only the addresses the backend serves are reachable through this device; each once.
+    let mut gids = vec![default];
+    for g in ips.iter().map(|a| Gid::from_ip(*a)) {
+        if !gids.contains(&g) {
+            gids.push(g);
+        }
+    }
     gids
+}
+
+/// The addresses a device serves: the raw backend opened by interface name serves every
+/// address of the interface (the first IPv4 one first, then the other IPv4 ones, IPv6 global,
+/// IPv6 link-local, as rxe orders its GID table); otherwise only the one address.
+fn served_ips(cfg: &DeviceConfig, iface: &Iface, ip: IpAddr) -> Vec<IpAddr> {
+    let mut ips = vec![ip];
+    if matches!(cfg.backend, BackendKind::Raw) && cfg.address.parse::<IpAddr>().is_err() {
+        let link_local = |a: &IpAddr| matches!(a, IpAddr::V6(v6) if v6.is_unicast_link_local());
+        let mut rest: Vec<IpAddr> = iface.ips.iter().copied().filter(|a| *a != ip).collect();
+        rest.sort_by_key(|a| (a.is_ipv6(), link_local(a)));
+        ips.extend(rest);
+    }
+    ips
 }
 
 /// What a device is, without opening it (no port bound, no thread): what `devinfo` shows.
@@ -361,6 +423,10 @@ pub struct DeviceInfo {
     pub mac: [u8; 6],
     /// The GID table.
     pub gids: Vec<Gid>,
+    /// Every local address the device serves (the first is [`DeviceInfo::ip`]).
+    pub addresses: Vec<IpAddr>,
+    ifindex: u32,
+    loopback: bool,
     /// Port attributes.
     pub port: PortAttr,
     /// Device attributes and limits.
@@ -371,19 +437,30 @@ impl DeviceInfo {
     /// Describes the device `cfg` would open.
     pub fn query(cfg: &DeviceConfig) -> Result<DeviceInfo> {
         let (iface, ip) = match &cfg.backend {
-            BackendKind::Udp => resolve(&cfg.address)?,
+            BackendKind::Udp | BackendKind::Raw => resolve(&cfg.address)?,
             BackendKind::Memory(_) => {
                 let ip: IpAddr = cfg
                     .address
                     .parse()
                     .map_err(|_| Error::InvalidArgument("in-memory devices need an IP address"))?;
-                (Iface { name: "mem".into(), mac: [0; 6], ips: vec![ip], mtu: 4200 }, ip)
+                (
+                    Iface {
+                        name: "mem".into(),
+                        index: 0,
+                        loopback: false,
+                        mac: [0; 6],
+                        ips: vec![ip],
+                        mtu: 4200,
+                    },
+                    ip,
+                )
             }
         };
         let mac = iface.mac;
         let node_guid =
             u64::from_be_bytes(Gid::link_local_from_mac(mac).0[8..].try_into().unwrap_or_default());
-        let gids = gid_table(&iface, ip);
+        let addresses = served_ips(cfg, &iface, ip);
+        let gids = gid_table(&iface, &addresses);
         let active = active_mtu_for_netdev(iface.mtu);
         Ok(DeviceInfo {
             name: cfg.name.clone().unwrap_or_else(|| "softroce0".into()),
@@ -402,6 +479,9 @@ impl DeviceInfo {
                 netdev: iface.name.clone(),
             },
             gids,
+            addresses,
+            ifindex: iface.index,
+            loopback: iface.loopback,
             attr: DeviceAttr {
                 fw_ver: env!("CARGO_PKG_VERSION").into(),
                 node_guid,
@@ -435,7 +515,26 @@ impl Device {
     pub fn open(cfg: DeviceConfig) -> Result<Device> {
         let info = DeviceInfo::query(&cfg)?;
         let ip = info.ip;
+        let rx = Arc::new(RxCounters::default());
         let backend: Box<dyn super::backend::Backend> = match &cfg.backend {
+            BackendKind::Raw => {
+                use super::backend::raw::{Link, OpenError, RawBackend};
+                let link = Link {
+                    ifindex: info.ifindex as i32,
+                    mac: info.mac,
+                    loopback: info.loopback,
+                    mtu: info.port.netdev_mtu,
+                };
+                let b = RawBackend::new(link, info.addresses.clone(), cfg.port, cfg.gso, rx.clone())
+                    .map_err(|e| match e {
+                        OpenError::Permission => Error::NeedsCapNetRaw { netdev: info.port.netdev.clone() },
+                        OpenError::Bind(addr, source) => Error::Bind { addr, source },
+                        OpenError::Io(source) => {
+                            Error::RawSocket { netdev: info.port.netdev.clone(), source }
+                        }
+                    })?;
+                Box::new(b)
+            }
             BackendKind::Udp => {
                 Box::new(super::backend::udp::UdpBackend::new(ip, cfg.port, cfg.gso).map_err(|source| {
                     Error::Bind { addr: std::net::SocketAddr::new(ip, cfg.port), source }
@@ -462,7 +561,8 @@ impl Device {
             sleeping: AtomicBool::new(false),
             posted: SegQueue::new(),
             events: SegQueue::new(),
-            rx: RxCounters::default(),
+            rx,
+            ecn: cfg.ecn,
             next_id: AtomicU32::new(1),
             next_qpn: AtomicU32::new(0),
             qp_count: AtomicU32::new(0),
@@ -637,8 +737,23 @@ pub struct DeviceCounters {
     pub icrc_unexpected_id: u64,
     /// Packets the backend failed to send.
     pub send_err: u64,
-    /// Packets received with ECN Congestion Experienced.
+    /// Packets received with ECN Congestion Experienced (mlx5 calls it
+    /// `np_ecn_marked_roce_packets`).
     pub rcvd_ecn_ce: u64,
+    /// Raw backend: frames shorter than their headers say, or longer than a receive slot.
+    pub rcvd_frame_truncated: u64,
+    /// Raw backend: VLAN-tagged frames (softroce serves the untagged interface).
+    pub rcvd_vlan_tagged: u64,
+    /// Raw backend: bad IP version, IHL, total length or IPv4 header checksum; fragments.
+    pub rcvd_ip_hdr_err: u64,
+    /// Raw backend: IPv6 packets with an extension header before UDP.
+    pub rcvd_ipv6_ext_hdr: u64,
+    /// Raw backend: a UDP length that disagrees with the IP length.
+    pub rcvd_udp_len_err: u64,
+    /// Raw backend: frames that passed the socket filter but are not RoCEv2 to this device.
+    pub rcvd_not_for_us: u64,
+    /// Raw backend: packets dropped because the next hop's MAC was not resolved yet.
+    pub send_neigh_unresolved: u64,
 }
 
 impl DeviceCounters {
@@ -652,6 +767,13 @@ impl DeviceCounters {
             ("icrc_unexpected_id", self.icrc_unexpected_id),
             ("send_err", self.send_err),
             ("rcvd_ecn_ce", self.rcvd_ecn_ce),
+            ("rcvd_frame_truncated", self.rcvd_frame_truncated),
+            ("rcvd_vlan_tagged", self.rcvd_vlan_tagged),
+            ("rcvd_ip_hdr_err", self.rcvd_ip_hdr_err),
+            ("rcvd_ipv6_ext_hdr", self.rcvd_ipv6_ext_hdr),
+            ("rcvd_udp_len_err", self.rcvd_udp_len_err),
+            ("rcvd_not_for_us", self.rcvd_not_for_us),
+            ("send_neigh_unresolved", self.send_neigh_unresolved),
         ])
     }
 }

@@ -25,7 +25,7 @@ use super::backend::{Backend, Datagram, Outgoing};
 use super::cq::CqShared;
 use super::device::{AsyncEvent, DeviceCounters, DeviceShared};
 use super::error::{Error, Result};
-use super::gid::{rc_udp_sport, ud_udp_sport};
+use super::gid::{Gid, rc_udp_sport, ud_udp_sport};
 use super::mr::MrTable;
 use super::qp::{AddressVector, QpAttrs, QpInfo, QpShared};
 use super::srq::{SRQ_TAG, SrqAttr, SrqShared};
@@ -75,8 +75,11 @@ impl SrqSlot {
 #[derive(Debug, Clone, Copy)]
 struct Path {
     dst: SocketAddr,
+    src_ip: IpAddr,
     src_port: u16,
     tos: u8,
+    hop_limit: u8,
+    flow_label: u32,
     /// The IP/UDP headers the ICRC covers (identification set per packet).
     frame: RoceFrameRepr,
 }
@@ -263,7 +266,7 @@ impl Engine {
                     let _ = reply.send(());
                 }
                 Command::ModifyQp { qpn, attrs, reply } => {
-                    let r = st.modify(qpn, &attrs, self.backend.local_ip());
+                    let r = st.modify(qpn, &attrs, &self.backend.local_ips());
                     // The caller may post the moment modify returns: publish first.
                     st.publish_one(qpn);
                     let _ = reply.send(r);
@@ -419,8 +422,11 @@ impl Engine {
         // A GSO send is one UDP datagram to the kernel: at most 65507 bytes of payload.
         const MAX_GSO_BYTES: usize = 65_507;
         let numbered = backend.gso_numbers_ip_id();
-        let (local, port) = (backend.local_ip(), st.port);
+        let port = st.port;
+        // (UD only: the device's addresses and the address handles, fetched once per turn)
+        let mut locals: Option<Vec<IpAddr>> = None;
         let mut ahs = None;
+        let ecn = shared.ecn;
         let mut batch: Option<Batch> = None;
         let mut pos = 0usize;
         let mut sent = false;
@@ -441,10 +447,12 @@ impl Engine {
                 let route = match t.ud {
                     // UD: where the work request's address handle points, from the UDP
                     // source port rxe gives the QP.
-                    Some(ud) => ahs
-                        .get_or_insert_with(|| shared.ahs.read())
-                        .get(&ud.ah)
-                        .and_then(|ah| path_to(local, &ah.av, ud_udp_sport(qpn), port)),
+                    Some(ud) => {
+                        let locals = locals.get_or_insert_with(|| backend.local_ips());
+                        ahs.get_or_insert_with(|| shared.ahs.read())
+                            .get(&ud.ah)
+                            .and_then(|ah| path_to(locals, &shared.gids, &ah.av, ud_udp_sport(qpn), port))
+                    }
                     None => slot.path,
                 };
                 let Some(path) = &route else {
@@ -454,10 +462,20 @@ impl Engine {
                     continue;
                 };
                 let len = t.len;
+                // ECT(0) on packets that carry payload, when the device asks for it and the
+                // address vector left the ECN bits alone.
+                let tos = if ecn && path.tos & 3 == 0 && carries_payload(&tx[pos..pos + len]) {
+                    path.tos | ECT0
+                } else {
+                    path.tos
+                };
                 let joins = batch.as_ref().is_some_and(|b| {
                     b.dst == path.dst
+                        && b.src_ip == path.src_ip
                         && b.src_port == path.src_port
-                        && b.tos == path.tos
+                        && b.tos == tos
+                        && b.hop_limit == path.hop_limit
+                        && b.flow_label == path.flow_label
                         && !b.closed
                         && b.count < max_seg
                         && (b.count + 1) * b.seg <= MAX_GSO_BYTES
@@ -468,8 +486,11 @@ impl Engine {
                     flush(backend.as_mut(), tx, &mut batch, &shared);
                     batch = Some(Batch {
                         dst: path.dst,
+                        src_ip: path.src_ip,
                         src_port: path.src_port,
-                        tos: path.tos,
+                        tos,
+                        hop_limit: path.hop_limit,
+                        flow_label: path.flow_label,
                         start: pos,
                         end: pos,
                         seg: len,
@@ -570,8 +591,11 @@ impl StatsFile {
 #[derive(Debug)]
 struct Batch {
     dst: SocketAddr,
+    src_ip: IpAddr,
     src_port: u16,
     tos: u8,
+    hop_limit: u8,
+    flow_label: u32,
     start: usize,
     end: usize,
     seg: usize,
@@ -595,11 +619,19 @@ impl State {
             icrc_unexpected_id: rx.icrc_unexpected_id.load(Ordering::Relaxed),
             send_err: rx.send_err.load(Ordering::Relaxed),
             rcvd_ecn_ce: rx.ecn_ce.load(Ordering::Relaxed),
+            rcvd_frame_truncated: rx.frame_truncated.load(Ordering::Relaxed),
+            rcvd_vlan_tagged: rx.vlan_tagged.load(Ordering::Relaxed),
+            rcvd_ip_hdr_err: rx.ip_hdr_err.load(Ordering::Relaxed),
+            rcvd_ipv6_ext_hdr: rx.ipv6_ext_hdr.load(Ordering::Relaxed),
+            rcvd_udp_len_err: rx.udp_len_err.load(Ordering::Relaxed),
+            rcvd_not_for_us: rx.not_for_us.load(Ordering::Relaxed),
+            send_neigh_unresolved: rx.neigh_unresolved.load(Ordering::Relaxed),
         }
     }
 
-    fn modify(&mut self, qpn: u32, attrs: &QpAttrs, local: IpAddr) -> Result<()> {
+    fn modify(&mut self, qpn: u32, attrs: &QpAttrs, locals: &[IpAddr]) -> Result<()> {
         let port = self.port;
+        let gids = &self.shared.gids;
         let slot = self.qps.get_mut(&qpn).ok_or(Error::NoSuchQp(qpn))?;
         slot.qp.modify(&attrs.to_update())?;
         if let Some(av) = attrs.av {
@@ -611,7 +643,7 @@ impl State {
             && slot.qp.attr().dest_qpn != 0
         {
             let src_port = rc_udp_sport(av.flow_label, qpn, slot.qp.attr().dest_qpn);
-            slot.path = Some(path_to(local, &av, src_port, port).ok_or(Error::Unreachable(av.dgid))?);
+            slot.path = Some(path_to(locals, gids, &av, src_port, port).ok_or(Error::Unreachable(av.dgid))?);
         }
         Ok(())
     }
@@ -737,23 +769,35 @@ fn take_recvs(slot: &mut Slot) {
     }
 }
 
-/// The path of a packet from `local` to the address vector's GID, leaving from UDP port
-/// `src_port` (`None` if the address families differ).
-fn path_to(local: IpAddr, av: &AddressVector, src_port: u16, port: u16) -> Option<Path> {
+/// The path of a packet to the address vector's GID, leaving from UDP port `src_port`: from
+/// the address of the source GID when the device serves it and it is of the destination's
+/// family, else from the device's first address of that family (`None` if it has none).
+fn path_to(locals: &[IpAddr], gids: &[Gid], av: &AddressVector, src_port: u16, port: u16) -> Option<Path> {
     let dst_ip = av.dgid.to_ip();
+    let sgid = gids.get(av.sgid_index as usize).map(|g| g.to_ip());
+    let local = sgid
+        .filter(|a| locals.contains(a) && a.is_ipv4() == dst_ip.is_ipv4())
+        .or_else(|| locals.iter().copied().find(|a| a.is_ipv4() == dst_ip.is_ipv4()))?;
     let ip = match (local, dst_ip) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => {
             IpRepr::V4 { src, dst, tos: av.traffic_class, ttl: av.hop_limit, id: 0, df: true }
         }
-        (IpAddr::V6(src), IpAddr::V6(dst)) => {
-            IpRepr::V6 { src, dst, traffic_class: av.traffic_class, flow_label: 0, hop_limit: av.hop_limit }
-        }
+        (IpAddr::V6(src), IpAddr::V6(dst)) => IpRepr::V6 {
+            src,
+            dst,
+            traffic_class: av.traffic_class,
+            flow_label: av.flow_label,
+            hop_limit: av.hop_limit,
+        },
         _ => return None,
     };
     Some(Path {
         dst: SocketAddr::new(dst_ip, port),
+        src_ip: local,
         src_port,
         tos: av.traffic_class,
+        hop_limit: route_hop_limit(dst_ip),
+        flow_label: av.flow_label,
         frame: RoceFrameRepr { ip, src_port, dst_port: port, udp_checksum: false },
     })
 }
@@ -763,15 +807,41 @@ fn flush(backend: &mut dyn Backend, tx: &[u8], batch: &mut Option<Batch>, shared
     if let Some(b) = batch.take() {
         let out = Outgoing {
             dst: b.dst,
+            src_ip: b.src_ip,
             src_port: b.src_port,
             contents: &tx[b.start..b.end],
             segment_size: b.seg,
             tos: b.tos,
+            hop_limit: b.hop_limit,
+            flow_label: b.flow_label,
         };
         if backend.send(out).is_err() {
             shared.rx.send_err.fetch_add(b.count as u64, Ordering::Relaxed);
         }
     }
+}
+
+/// The TTL / hop limit packets to `dst` leave with: the system default, whatever the address
+/// vector says, as on kernel RoCE (`ib_resolve_eth_dmac` replaces the AH's hop limit with the
+/// route's, so kernel rxe sends TTL 64 where `ibv_rc_pingpong` asks for 1).
+fn route_hop_limit(dst: IpAddr) -> u8 {
+    // Read once per process: UD builds a path per packet.
+    static V4: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+    static V6: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+    let (cell, file) = if dst.is_ipv4() {
+        (&V4, "/proc/sys/net/ipv4/ip_default_ttl")
+    } else {
+        (&V6, "/proc/sys/net/ipv6/conf/default/hop_limit")
+    };
+    *cell.get_or_init(|| std::fs::read_to_string(file).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(64))
+}
+
+/// ECN codepoint ECT(0) (RFC 3168).
+const ECT0: u8 = 0b10;
+
+/// Whether a built packet (BTH first) is of an opcode that carries payload: what ECN marks.
+fn carries_payload(pkt: &[u8]) -> bool {
+    pkt.first().and_then(|&op| crate::wire::opcode::Opcode(op).info()).is_some_and(|i| i.payload)
 }
 
 /// Checks a received packet's ICRC with what the backend knows of its IP and UDP headers.

@@ -24,6 +24,22 @@ pub enum Error {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The raw backend needs `CAP_NET_RAW` to open a packet socket.
+    #[error(
+        "the raw backend needs CAP_NET_RAW to open a packet socket on {netdev} (run as root, or `setcap cap_net_raw+ep` the binary; --backend udp needs no privilege)"
+    )]
+    NeedsCapNetRaw {
+        /// The interface.
+        netdev: String,
+    },
+    /// The raw backend's packet socket could not be set up.
+    #[error("cannot open a packet socket on {netdev}: {source}")]
+    RawSocket {
+        /// The interface.
+        netdev: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// An I/O error.
     #[error(transparent)]
     Io(#[from] std::io::Error),

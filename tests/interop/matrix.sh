@@ -4,6 +4,9 @@
 # with and without loss; every packet softroce sent checked by tshark and accepted by rxe.
 #
 #   tests/interop/matrix.sh [FILTER]       (as root; FILTER = substring of the run names)
+#   BACKEND=raw tests/interop/matrix.sh    only the raw-backend subset; BACKEND=udp: only the
+#                                          UDP runs; default: both (the UDP matrix, then the
+#                                          raw subset, rows marked udp / raw)
 #
 # Needs the softroce binary and examples built (MATRIX_BIN_DIR, default target/release):
 #   cargo build --release --bin softroce --example lab
@@ -31,7 +34,13 @@ W=$("$RIG" env | sed -n 's/^RIG_WORK=//p')
 OUT=$W/matrix
 HOST=10.77.0.1
 VM=10.77.0.2
+# IPv6 of the raw subset: added to br0 and guest 1's eth0 for those runs (rxe adds the GID).
+HOST6=fd77::1
+VM6=fd77::2
+BACKENDS=${BACKEND:-udp raw}
 BACKEND=udp
+# Which of softroce's packets the capture checks look at.
+SRC_FILTER="ip.src==$HOST"
 mkdir -p "$OUT"
 rm -f "$OUT"/*.log "$OUT"/*.log.first "$OUT"/rows.txt
 : > "$OUT/rows.txt"
@@ -70,9 +79,9 @@ counter() { "$RIG" counters 1 | awk -v k="$1" '$1 == k { print $2 }'; }
 # check_capture NAME: tshark + dump + rxe counter checks; prints problems, returns 1 on any.
 check_capture() {
     local name=$1 pcap=$W/pcaps/$1.pcap bad=0 ours decoded experts icrc
-    ours=$("$RIG" host "$TSHARK -r $pcap -Y 'ip.src==$HOST && udp.dstport==4791' -T fields -e frame.number" 2>/dev/null | wc -l)
-    decoded=$("$RIG" host "$TSHARK -r $pcap -Y 'ip.src==$HOST && udp.dstport==4791 && infiniband.bth' -T fields -e frame.number" 2>/dev/null | wc -l)
-    experts=$("$RIG" host "$TSHARK -r $pcap -Y 'ip.src==$HOST && udp.dstport==4791 && (_ws.malformed || _ws.expert.severity >= 4194304)' -T fields -e frame.number" 2>/dev/null | wc -l)
+    ours=$("$RIG" host "$TSHARK -r $pcap -Y '$SRC_FILTER && udp.dstport==4791' -T fields -e frame.number" 2>/dev/null | wc -l)
+    decoded=$("$RIG" host "$TSHARK -r $pcap -Y '$SRC_FILTER && udp.dstport==4791 && infiniband.bth' -T fields -e frame.number" 2>/dev/null | wc -l)
+    experts=$("$RIG" host "$TSHARK -r $pcap -Y '$SRC_FILTER && udp.dstport==4791 && (_ws.malformed || _ws.expert.severity >= 4194304)' -T fields -e frame.number" 2>/dev/null | wc -l)
     # (a UC receiver answers nothing: runs that expect softroce to be silent say silent=1)
     if { [ "$ours" -eq 0 ] && [ -z "${silent:-}" ]; } || [ "$decoded" -ne "$ours" ] || [ "$experts" -ne 0 ]; then
         echo "tshark: $ours packets from softroce, $decoded decoded as InfiniBand, $experts with errors"; bad=1
@@ -209,11 +218,15 @@ say "rig: build and boot one kernel-rxe guest"
 "$RIG" down >/dev/null 2>&1 || true
 "$RIG" up 1 >/dev/null || { say "rig up failed"; exit 1; }
 
+LOSSKEYS="completer_retry_err|rcvd_seq_err|duplicate_request|out_of_seq_request|retry_exceeded_err|rdma_sends|rdma_recvs"
+NETEM="loss 2% reorder 5%"
+retries="(no UDP loss runs)"
 PP_OK='iters in .* usec/iter'
 LAB_OK='result: PASS 14/14'
 # a perftest result row: size, iterations, then three or more numbers (spaces and tabs)
 PERF_OK='^ +[0-9]+ +[0-9]+([[:space:]]+[0-9.]+){3}'
 
+if [[ " $BACKENDS " == *" udp "* ]]; then
 for mtu in 1500 9000; do
     "$RIG" mtu $mtu >/dev/null
     pmtu=$([ $mtu = 1500 ] && echo 1024 || echo 4096)
@@ -294,9 +307,7 @@ done
 # ---- loss: netem on the guest's egress and ingress (what either side sends is lost and
 # reordered; netem counts what it drops, so the rcvd_pkts check still holds)
 "$RIG" mtu 1500 >/dev/null
-LOSSKEYS="completer_retry_err|rcvd_seq_err|duplicate_request|out_of_seq_request|retry_exceeded_err|rdma_sends|rdma_recvs"
 "$RIG" counters 1 | awk -v k="^($LOSSKEYS)\$" '$1 ~ k' > "$OUT/counters.before"
-NETEM="loss 2% reorder 5%"
 "$RIG" netem -d both 1 $NETEM >/dev/null
 LOSS_IN=1
 rxe_port=18700 run "loss-lab-sr2rxe" 1024 "$NETEM" labpeer "lab sequence, 100 KiB" "softroce → rxe" server \
@@ -317,6 +328,58 @@ retries=$(awk 'NR == FNR { b[$1] = $2; next } { printf "%s +%d, ", $1, $2 - b[$1
     "$OUT/counters.before" "$OUT/counters.after" | sed 's/, $//')
 "$RIG" netem 1 off >/dev/null
 LOSS_IN=""
+fi
+
+# ---- the raw (AF_PACKET) backend: a representative subset, both directions, PMTU 1024,
+# one loss row (the lab sequence: every operation; a 64 KiB write_bw under loss takes 75 s),
+# and IPv6 GIDs (softroce binds br0 in the rig's namespace; every packet it
+# sends is a frame it built, every ICRC it receives checked over the real IP header)
+if [[ " $BACKENDS " == *" raw "* ]]; then
+    BACKEND=raw
+    R="--backend raw"
+    "$RIG" mtu 1500 >/dev/null
+    for size in 4096 65536; do
+        n=$([ $size -ge 65536 ] && echo 50 || echo 200)
+        rxe_port=18515 run "raw-pp-sr2rxe-$size" 1024 "" ibv_rc_pingpong "SEND $size B" "softroce → rxe" server \
+            "ibv_rc_pingpong -g 1 -s $size -n $n -c" "$SR rc-pingpong $R -d $HOST -g 1 -s $size -n $n -c $VM" "$PP_OK"
+        rxe_port=18515 run "raw-pp-rxe2sr-$size" 1024 "" ibv_rc_pingpong "SEND $size B" "rxe → softroce" client \
+            "ibv_rc_pingpong -g 1 -s $size -n $n -c $HOST" "$SR rc-pingpong $R -d $HOST -g 1 -s $size -n $n -c" "$PP_OK"
+    done
+    rxe_port=18700 run "raw-lab-sr2rxe" 1024 "" labpeer "lab sequence" "softroce → rxe" server \
+        "labpeer -s" "$LAB $R -d $HOST $VM" "$LAB_OK"
+    rxe_port=18700 run "raw-lab-rxe2sr" 1024 "" labpeer "lab sequence" "rxe → softroce" client \
+        "labpeer $HOST" "$LAB $R -s -d $HOST" "$LAB_OK"
+    for tool in write_bw read_bw send_lat; do
+        for dir in sr2rxe rxe2sr; do
+            perf "raw-perf-$tool-$dir" 1024 "" $tool "defaults, 200 iters" $dir "-n 200" "$R -n 200"
+        done
+    done
+    perf "raw-perf-atomic_bw-sr2rxe" 1024 "" atomic_bw "defaults, 200 iters" sr2rxe "-n 200" "$R -n 200"
+    perf "raw-perf-atomic_bw-rxe2sr" 1024 "" atomic_bw "defaults, 200 iters" rxe2sr "-n 200" "$R -n 200"
+    # IPv6: addresses on br0 and the guest's eth0; rxe adds a RoCEv2 GID for it. The side
+    # channel stays on IPv4 (ibv_rc_pingpong's server listens on IPv4 only).
+    "$RIG" host "ip addr add $HOST6/64 dev br0 nodad" >/dev/null 2>&1 || true
+    "$RIG" vm 1 "/usr/sbin/ip -6 addr add $VM6/64 dev eth0 nodad" >/dev/null 2>&1 || true
+    sleep 1
+    g6=$("$RIG" gid 1 | awk -v a="$VM6" '{ g = $2 } g ~ /fd77/ { print $1; exit }')
+    if [ -n "$g6" ]; then
+        SRC_FILTER="ipv6.src==$HOST6"
+        rxe_port=18515 run "raw-pp6-sr2rxe-4096" 1024 "" ibv_rc_pingpong "SEND 4096 B, IPv6" "softroce → rxe" server \
+            "ibv_rc_pingpong -g $g6 -s 4096 -n 200 -c" "$SR rc-pingpong $R -d $HOST6 -g 1 -s 4096 -n 200 -c $VM" "$PP_OK"
+        rxe_port=18515 run "raw-pp6-rxe2sr-4096" 1024 "" ibv_rc_pingpong "SEND 4096 B, IPv6" "rxe → softroce" client \
+            "ibv_rc_pingpong -g $g6 -s 4096 -n 200 -c $HOST" "$SR rc-pingpong $R -d $HOST6 -g 1 -s 4096 -n 200 -c" "$PP_OK"
+        SRC_FILTER="ip.src==$HOST"
+    else
+        say "raw: guest 1 has no IPv6 GID for $VM6 (rig gid 1: $("$RIG" gid 1 | tr '\n' ';')); IPv6 rows skipped"
+        FAIL=$((FAIL + 1))
+    fi
+    "$RIG" netem -d both 1 $NETEM >/dev/null
+    LOSS_IN=1
+    rxe_port=18700 run "raw-loss-lab-sr2rxe" 1024 "$NETEM" labpeer "lab sequence, 100 KiB" "softroce → rxe" server \
+        "labpeer -s" "$LAB $R -d $HOST -z 102400 $VM" "$LAB_OK"
+    "$RIG" netem 1 off >/dev/null
+    LOSS_IN=""
+fi
 
 # ------------------------------------------------------------------------------------------
 {

@@ -104,6 +104,10 @@ pub struct TestOpts {
     /// HOST (client) or the first interface address (server) [perftest -d/--ib-dev]
     #[arg(short = 'd', long = "ib-dev", value_name = "ADDR|IFACE")]
     pub ib_dev: Option<String>,
+    /// Packet I/O: `udp` (a UDP socket, unprivileged) or `raw` (an AF_PACKET socket on the
+    /// interface: full-strength ICRC checks, needs CAP_NET_RAW) [softroce only]
+    #[arg(long, value_enum, default_value_t = crate::cli::common::BackendArg::Udp)]
+    pub backend: crate::cli::common::BackendArg,
 
     /// Device port; softroce devices have one port, so only 1 is accepted [perftest -i/--ib-port]
     #[arg(short = 'i', long = "ib-port", value_name = "PORT")]

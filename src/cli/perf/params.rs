@@ -44,6 +44,8 @@ pub struct Params {
     pub port: u16,
     /// `-d`.
     pub ib_dev: Option<String>,
+    /// `--backend`.
+    pub backend: crate::cli::common::BackendArg,
     /// `-x`, if given.
     pub gid_index: Option<u8>,
     /// Message size; with `-a` the buffer-layout size [`MAX_SIZE`] (each round has its own).
@@ -374,6 +376,7 @@ pub fn resolve(test: PerftestTest, o: &TestOpts) -> Result<Params, CliError> {
         host: o.host.clone(),
         port: o.port,
         ib_dev: o.ib_dev.clone(),
+        backend: o.backend,
         gid_index,
         size,
         all,

@@ -2,6 +2,9 @@
 //!
 //! - [`udp`]: an unprivileged UDP socket on port 4791 (batched receive with `recvmmsg` and
 //!   GRO, batched send with GSO, through quinn-udp).
+//! - [`raw`]: an `AF_PACKET` socket on a network interface (needs `CAP_NET_RAW`): whole
+//!   Ethernet frames built here, every received IP header visible, so every ICRC is checked at
+//!   full strength and DSCP/ECN and the other header fields are set exactly.
 //! - [`memory`]: an in-process network of devices joined by the transport simulator's lossy
 //!   link, for tests that run the full verbs path with loss.
 
@@ -10,6 +13,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 pub mod memory;
+pub(crate) mod neigh;
+pub mod raw;
 pub mod udp;
 
 /// One received datagram: the UDP payload (BTH through ICRC) and what the backend knows of
@@ -32,17 +37,28 @@ pub(crate) struct Datagram<'a> {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Outgoing<'a> {
     pub dst: SocketAddr,
+    /// The source address (one of [`Backend::local_ips`]).
+    pub src_ip: IpAddr,
     pub src_port: u16,
     pub contents: &'a [u8],
     pub segment_size: usize,
-    /// IP traffic class / TOS byte.
+    /// IP traffic class / TOS byte (DSCP << 2 | ECN).
     pub tos: u8,
+    /// TTL / hop limit (backends that build the IP header).
+    pub hop_limit: u8,
+    /// IPv6 flow label (backends that build the IP header).
+    pub flow_label: u32,
 }
 
 /// What the engine needs from a backend.
 pub(crate) trait Backend: Send {
     /// The local address packets are received on.
     fn local_ip(&self) -> IpAddr;
+    /// Every local address packets may be sent from and received on (the first is
+    /// [`Backend::local_ip`]).
+    fn local_ips(&self) -> Vec<IpAddr> {
+        vec![self.local_ip()]
+    }
     /// The UDP port (4791 unless configured otherwise).
     fn port(&self) -> u16;
     /// Receives what is available without blocking; calls `f` for every datagram.

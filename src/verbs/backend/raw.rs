@@ -1,0 +1,984 @@
+//! The raw packet backend: an `AF_PACKET` socket on one network interface, complete Ethernet
+//! frames built here, every received IP header visible (needs `CAP_NET_RAW`).
+//!
+//! # Why
+//!
+//! A UDP socket hides the IPv4 identification and flags of what it receives, which the ICRC
+//! covers, so the UDP backend can only check received ICRCs at reduced strength (see
+//! [`crate::wire::icrc::recover_ipv4_id`]), and it cannot set every header field. Here the whole
+//! frame is ours in both directions: every received packet's ICRC is checked over its real IP
+//! header, and DSCP/ECN, hop limit, identification and the UDP checksum are what we write.
+//!
+//! # Receiving
+//!
+//! One packet socket (`SOCK_RAW`, `ETH_P_ALL`) bound to the interface, with a classic BPF
+//! filter attached before the socket is bound (so nothing unfiltered is ever queued): IPv4 or
+//! IPv6 to one of the device's addresses, UDP (no IPv6 extension header, no IPv4 fragment),
+//! destination port 4791. The process then copies only its own traffic. Frames are read in
+//! batches with `recvmmsg`; the backend re-checks in userspace everything it relies on
+//! (lengths, IHL, IPv4 header checksum, addresses) and drops and counts what fails
+//! (`rcvd_frame_truncated`, `rcvd_vlan_tagged`, `rcvd_ip_hdr_err`, `rcvd_ipv6_ext_hdr`,
+//! `rcvd_udp_len_err`, `rcvd_not_for_us`); no frame can make it panic.
+//!
+//! The kernel's own stack sees the same frames. So that it does not answer them with ICMP
+//! port unreachable, the backend binds an ordinary UDP socket to `<address>:4791` for each of
+//! its addresses and never reads it: a BPF filter that accepts nothing is attached to it, so
+//! the kernel discards what arrives there at once (counted in the kernel's UDP `InErrors`)
+//! instead of queuing it.
+//!
+//! # Sending
+//!
+//! Each packet gets an Ethernet, IP and UDP header built with etherparse (IPv4: DF, UDP
+//! checksum 0 as rxe sends; IPv6: the UDP checksum IPv6 requires); the engine has already
+//! computed the ICRC for exactly these fields. A run of equal-sized packets to one peer (up to
+//! 64, at most 64 KiB) leaves as one GSO super-frame: the virtio-net header asks the kernel for
+//! UDP segmentation with the checksum completed per segment, so one system call and one skb
+//! carry the run, and it is cut on the wire, or at the first device that cannot carry it
+//! whole, into segments with IPv4 identification `k` for segment `k` (the ICRCs were computed
+//! for that, as for the UDP backend's GSO). If the kernel refuses, runs go out one frame per
+//! packet, 64 per `sendmmsg`, virtio-net header, frame header and payload as three iovecs (the
+//! payload is not copied), with the same identifications. Every message names the interface
+//! and the EtherType, so the kernel's `skb->protocol` is right for the egress path (qdiscs,
+//! nftables `netdev egress`, which do apply: the socket does not bypass the qdisc).
+//!
+//! The destination MAC is the next hop's, from the kernel's routing and neighbour tables (see
+//! [`super::neigh`]). Packets to a neighbour that is not resolved yet are dropped and counted
+//! (`send_neigh_unresolved`) while the kernel resolves it; RC retransmission recovers them.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header, UdpHeader};
+
+use super::neigh::Neighbours;
+use super::{Backend, Datagram, Outgoing};
+use crate::verbs::device::RxCounters;
+
+/// Frames per `recvmmsg`/`sendmmsg`.
+const BATCH: usize = 64;
+/// Bytes per receive slot: the virtio-net header and the largest frame, a GSO super-frame of
+/// 64 KiB of UDP (see [`VNET`]). Longer frames are truncated by the kernel, seen with
+/// `MSG_TRUNC` and dropped.
+const SLOT: usize = VNET + ETH + 60 + 65536;
+/// Length of the `virtio_net_hdr` in front of every frame (`PACKET_VNET_HDR`). Frames that
+/// never met a NIC — across a veth pair, or on loopback — may still be GSO super-frames
+/// (a UDP-socket peer sends 64 KiB with UDP GSO and veth passes it on whole); the header
+/// says so (`gso_type`, `gso_size`), and the backend cuts such a frame into the packets the
+/// wire would carry, as the kernel's segmentation would: IPv4 identification `id + k` for
+/// segment `k`, lengths per segment.
+const VNET: usize = 10;
+/// `virtio_net_hdr.gso_type` of UDP GSO (`VIRTIO_NET_HDR_GSO_UDP_L4`).
+const GSO_UDP_L4: u8 = 5;
+/// `virtio_net_hdr.gso_type` of UDP fragmentation offload (`VIRTIO_NET_HDR_GSO_UDP`).
+const GSO_UDP: u8 = 3;
+/// A zero `virtio_net_hdr` for sending: no offload asked.
+static VNET_NONE: [u8; VNET] = [0; VNET];
+/// Ethernet header.
+const ETH: usize = 14;
+const ETH_P_ALL: u16 = 0x0003;
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_IPV6: u16 = 0x86dd;
+const ETH_P_8021Q: u16 = 0x8100;
+const ETH_P_8021AD: u16 = 0x88a8;
+
+/// Why opening the raw backend failed.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// The process lacks `CAP_NET_RAW`.
+    Permission,
+    /// Binding `<address>:port` (the ICMP guard) failed.
+    Bind(SocketAddr, io::Error),
+    /// Any other failure of the packet socket.
+    Io(io::Error),
+}
+
+impl From<io::Error> for OpenError {
+    fn from(e: io::Error) -> OpenError {
+        if e.raw_os_error() == Some(libc::EPERM) || e.raw_os_error() == Some(libc::EACCES) {
+            OpenError::Permission
+        } else {
+            OpenError::Io(e)
+        }
+    }
+}
+
+pub(crate) struct RawBackend {
+    fd: OwnedFd,
+    ifindex: i32,
+    mac: [u8; 6],
+    ips: Vec<IpAddr>,
+    port: u16,
+    rx: Arc<RxCounters>,
+    /// Send runs as GSO super-frames (until the kernel refuses one).
+    gso: bool,
+    /// The interface's MTU: no packet larger than this leaves, GSO or not.
+    mtu: usize,
+    neigh: Neighbours,
+    /// Bound, filtered to drop everything, never read: see the module documentation.
+    _guards: Vec<UdpSocket>,
+    bufs: Vec<Vec<u8>>,
+    /// Ethernet + IP + UDP header of each packet of a batch.
+    hdrs: Vec<[u8; ETH + 40 + 8]>,
+}
+
+/// A classic BPF instruction with symbolic jump targets, resolved by [`assemble`].
+#[derive(Clone, Copy)]
+struct Insn {
+    code: u16,
+    jt: Target,
+    jf: Target,
+    k: u32,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Target {
+    Next,
+    Label(u8),
+}
+
+const LD_H_ABS: u16 = 0x28;
+const LD_W_ABS: u16 = 0x20;
+const LD_B_ABS: u16 = 0x30;
+const LD_H_IND: u16 = 0x48;
+const LDX_B_MSH: u16 = 0xb1;
+const JEQ: u16 = 0x15;
+const JSET: u16 = 0x45;
+const JA: u16 = 0x05;
+const RET: u16 = 0x06;
+/// Pseudo-instruction: a label.
+const LABEL: u16 = 0xffff;
+
+const L_V4: u8 = 0;
+const L_V4OK: u8 = 1;
+const L_V6: u8 = 2;
+const L_V6OK: u8 = 3;
+const L_ACCEPT: u8 = 4;
+const L_DROP: u8 = 5;
+/// Labels from here on: "try the next IPv6 address".
+const L_NEXT6: u8 = 6;
+
+fn op(code: u16, k: u32) -> Insn {
+    Insn { code, jt: Target::Next, jf: Target::Next, k }
+}
+fn jeq(k: u32, jt: Target, jf: Target) -> Insn {
+    Insn { code: JEQ, jt, jf, k }
+}
+fn label(l: u8) -> Insn {
+    Insn { code: LABEL, jt: Target::Next, jf: Target::Next, k: l as u32 }
+}
+fn goto(l: u8) -> Insn {
+    Insn { code: JA, jt: Target::Next, jf: Target::Next, k: l as u32 }
+}
+
+/// Resolves labels into relative jumps. `None` if a jump does not fit in a byte (too many
+/// addresses for one filter).
+fn assemble(prog: &[Insn]) -> Option<Vec<libc::sock_filter>> {
+    let mut at = std::collections::HashMap::new();
+    let mut n = 0usize;
+    for i in prog {
+        if i.code == LABEL {
+            at.insert(i.k as u8, n);
+        } else {
+            n += 1;
+        }
+    }
+    let mut out = Vec::with_capacity(n);
+    for i in prog.iter().filter(|i| i.code != LABEL) {
+        let here = out.len() + 1;
+        let rel = |t: Target| -> Option<u8> {
+            match t {
+                Target::Next => Some(0),
+                Target::Label(l) => u8::try_from(at.get(&l)?.checked_sub(here)?).ok(),
+            }
+        };
+        let (jt, jf, k) = if i.code == JA {
+            (0, 0, at.get(&(i.k as u8))?.checked_sub(here)? as u32)
+        } else {
+            (rel(i.jt)?, rel(i.jf)?, i.k)
+        };
+        out.push(libc::sock_filter { code: i.code, jt, jf, k });
+    }
+    Some(out)
+}
+
+/// The receive filter: UDP to `port` at one of `ips`, not fragmented, no IPv6 extension
+/// header, untagged Ethernet.
+fn filter(ips: &[IpAddr], port: u16) -> Option<Vec<libc::sock_filter>> {
+    use Target::{Label as L, Next};
+    let mut p = vec![
+        op(LD_H_ABS, 12),
+        jeq(ETH_P_IP as u32, L(L_V4), Next),
+        jeq(ETH_P_IPV6 as u32, L(L_V6), L(L_DROP)),
+        label(L_V4),
+        op(LD_W_ABS, ETH as u32 + 16),
+    ];
+    for ip in ips {
+        if let IpAddr::V4(a) = ip {
+            p.push(jeq(u32::from(*a), L(L_V4OK), Next));
+        }
+    }
+    p.extend([
+        goto(L_DROP),
+        label(L_V4OK),
+        op(LD_B_ABS, ETH as u32 + 9),
+        jeq(17, Next, L(L_DROP)),
+        op(LD_H_ABS, ETH as u32 + 6),
+        Insn { code: JSET, jt: L(L_DROP), jf: Next, k: 0x3fff }, // MF or a fragment offset
+        op(LDX_B_MSH, ETH as u32),
+        op(LD_H_IND, ETH as u32 + 2),
+        jeq(port as u32, L(L_ACCEPT), L(L_DROP)),
+        label(L_V6),
+        op(LD_B_ABS, ETH as u32 + 6),
+        jeq(17, Next, L(L_DROP)),
+    ]);
+    let mut next = L_NEXT6;
+    for ip in ips {
+        if let IpAddr::V6(a) = ip {
+            let o = a.octets();
+            for w in 0..4 {
+                let word = u32::from_be_bytes([o[4 * w], o[4 * w + 1], o[4 * w + 2], o[4 * w + 3]]);
+                p.push(op(LD_W_ABS, (ETH + 24 + 4 * w) as u32));
+                p.push(jeq(word, if w == 3 { L(L_V6OK) } else { Next }, L(next)));
+            }
+            p.push(label(next));
+            next = next.checked_add(1)?;
+        }
+    }
+    p.extend([
+        goto(L_DROP),
+        label(L_V6OK),
+        op(LD_H_ABS, (ETH + 40 + 2) as u32),
+        jeq(port as u32, L(L_ACCEPT), L(L_DROP)),
+        label(L_ACCEPT),
+        op(RET, 0x0004_0000),
+        label(L_DROP),
+        op(RET, 0),
+    ]);
+    assemble(&p)
+}
+
+fn attach_filter(fd: i32, prog: &[libc::sock_filter]) -> io::Result<()> {
+    let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr() as *mut _ };
+    // SAFETY: `fprog` points at `prog`, which outlives the call; the kernel copies the program.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+fn set_int(fd: i32, level: i32, name: i32, v: i32) -> io::Result<()> {
+    // SAFETY: a plain int option; the kernel reads `size_of::<i32>()` bytes from `&v`.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+fn sockaddr_ll(ifindex: i32, protocol: u16) -> libc::sockaddr_ll {
+    libc::sockaddr_ll {
+        sll_family: libc::AF_PACKET as u16,
+        sll_protocol: protocol.to_be(),
+        sll_ifindex: ifindex,
+        sll_hatype: 0,
+        sll_pkttype: 0,
+        sll_halen: 0,
+        sll_addr: [0; 8],
+    }
+}
+
+/// A UDP socket bound to `addr` that drops everything it would receive.
+fn guard(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let domain = if addr.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 };
+    let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    attach_filter(s.as_raw_fd(), &[libc::sock_filter { code: RET, jt: 0, jf: 0, k: 0 }])?;
+    let _ = s.set_recv_buffer_size(0);
+    s.bind(&addr.into())?;
+    Ok(s.into())
+}
+
+/// What a frame that passed every check carries.
+struct Parsed {
+    ip: std::ops::Range<usize>,
+    payload: std::ops::Range<usize>,
+    src: SocketAddr,
+    dst: IpAddr,
+    dst_port: u16,
+    ecn: u8,
+}
+
+/// Why a frame was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drop {
+    Truncated,
+    Vlan,
+    IpHeader,
+    Ipv6Ext,
+    UdpLength,
+    NotForUs,
+}
+
+/// The IPv4 header checksum: the ones' complement sum of a valid header is 0xffff.
+fn ipv4_checksum_ok(h: &[u8]) -> bool {
+    let mut sum: u32 = h.chunks(2).map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32).sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum == 0xffff
+}
+
+/// Checks an Ethernet frame for a RoCEv2 datagram to one of `ips` on `port`. Never panics:
+/// every index is checked against the frame's length first.
+fn parse(f: &[u8], ips: &[IpAddr], port: u16) -> Result<Parsed, Drop> {
+    if f.len() < ETH {
+        return Err(Drop::Truncated);
+    }
+    let ty = u16::from_be_bytes([f[12], f[13]]);
+    let (ip, src, dst, ecn, l4) = match ty {
+        ETH_P_IP => {
+            let h = f.get(ETH..ETH + 20).ok_or(Drop::Truncated)?;
+            let ihl = (h[0] & 0x0f) as usize * 4;
+            if h[0] >> 4 != 4 || ihl < 20 {
+                return Err(Drop::IpHeader);
+            }
+            let total = u16::from_be_bytes([h[2], h[3]]) as usize;
+            let hdr = f.get(ETH..ETH + ihl).ok_or(Drop::Truncated)?;
+            if total < ihl || ETH + total > f.len() {
+                return Err(if total < ihl { Drop::IpHeader } else { Drop::Truncated });
+            }
+            if !ipv4_checksum_ok(hdr) || u16::from_be_bytes([h[6], h[7]]) & 0x3fff != 0 {
+                return Err(Drop::IpHeader);
+            }
+            if h[9] != 17 {
+                return Err(Drop::NotForUs);
+            }
+            let src = IpAddr::from([h[12], h[13], h[14], h[15]]);
+            let dst = IpAddr::from([h[16], h[17], h[18], h[19]]);
+            (ETH..ETH + ihl, src, dst, h[1] & 3, ETH + ihl..ETH + total)
+        }
+        ETH_P_IPV6 => {
+            let h = f.get(ETH..ETH + 40).ok_or(Drop::Truncated)?;
+            if h[0] >> 4 != 6 {
+                return Err(Drop::IpHeader);
+            }
+            let total = 40 + u16::from_be_bytes([h[4], h[5]]) as usize;
+            if ETH + total > f.len() {
+                return Err(Drop::Truncated);
+            }
+            if h[6] != 17 {
+                // RoCEv2 puts UDP right after the IPv6 header; extension headers (hop-by-hop,
+                // routing, fragments) are not for us.
+                return Err(Drop::Ipv6Ext);
+            }
+            let a =
+                |o: usize| <[u8; 16]>::try_from(&h[o..o + 16]).map(IpAddr::from).map_err(|_| Drop::Truncated);
+            (ETH..ETH + 40, a(8)?, a(24)?, (h[1] >> 4) & 3, ETH + 40..ETH + total)
+        }
+        ETH_P_8021Q | ETH_P_8021AD => return Err(Drop::Vlan),
+        _ => return Err(Drop::NotForUs),
+    };
+    let udp = f.get(l4.clone()).ok_or(Drop::Truncated)?;
+    if udp.len() < 8 {
+        return Err(Drop::Truncated);
+    }
+    let ulen = u16::from_be_bytes([udp[4], udp[5]]) as usize;
+    if ulen != udp.len() {
+        return Err(Drop::UdpLength);
+    }
+    let dst_port = u16::from_be_bytes([udp[2], udp[3]]);
+    if dst_port != port || !ips.contains(&dst) {
+        return Err(Drop::NotForUs);
+    }
+    Ok(Parsed {
+        ip,
+        payload: l4.start + 8..l4.end,
+        src: SocketAddr::new(src, u16::from_be_bytes([udp[0], udp[1]])),
+        dst,
+        dst_port,
+        ecn,
+    })
+}
+
+/// The network interface a raw backend opens.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Link {
+    /// Interface index.
+    pub ifindex: i32,
+    /// Its MAC address (zero for loopback).
+    pub mac: [u8; 6],
+    /// Loopback: no neighbours, zero MACs.
+    pub loopback: bool,
+    /// Its MTU.
+    pub mtu: u32,
+}
+
+impl RawBackend {
+    /// Opens a packet socket on `link` for the addresses `ips` (the first is the device's
+    /// address); `gso`: send runs of packets as GSO super-frames.
+    pub(crate) fn new(
+        link: Link,
+        ips: Vec<IpAddr>,
+        port: u16,
+        gso: bool,
+        rx: Arc<RxCounters>,
+    ) -> Result<RawBackend, OpenError> {
+        let Link { ifindex, mac, loopback, mtu } = link;
+        let prog = filter(&ips, port).ok_or(OpenError::Io(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "too many addresses for one filter",
+        )))?;
+        // Protocol 0: the socket receives nothing until it is bound below, after the filter.
+        let sock = socket2::Socket::new(
+            socket2::Domain::from(libc::AF_PACKET),
+            socket2::Type::from(libc::SOCK_RAW),
+            None,
+        )?;
+        let fd: OwnedFd = sock.into();
+        let raw = fd.as_raw_fd();
+        attach_filter(raw, &prog)?;
+        // Every frame comes with a virtio-net header (see `VNET`); sends carry one too.
+        set_int(raw, libc::SOL_PACKET, libc::PACKET_VNET_HDR, 1)?;
+        // Our own transmissions are not to be read back.
+        let _ = set_int(raw, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1);
+        // Room for a full window of the peer arriving back to back (root may exceed rmem_max).
+        if set_int(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 16 << 20).is_err() {
+            let _ = set_int(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, 16 << 20);
+        }
+        if set_int(raw, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 8 << 20).is_err() {
+            let _ = set_int(raw, libc::SOL_SOCKET, libc::SO_SNDBUF, 8 << 20);
+        }
+        let sll = sockaddr_ll(ifindex, ETH_P_ALL);
+        // SAFETY: `sll` is a valid sockaddr_ll of the length given.
+        let r = unsafe {
+            libc::bind(
+                raw,
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        let mut guards = Vec::new();
+        for ip in &ips {
+            let addr = match ip {
+                IpAddr::V6(a) if a.is_unicast_link_local() => {
+                    SocketAddrV6::new(*a, port, 0, ifindex as u32).into()
+                }
+                _ => SocketAddr::new(*ip, port),
+            };
+            guards.push(guard(addr).map_err(|e| OpenError::Bind(addr, e))?);
+        }
+        Ok(RawBackend {
+            fd,
+            ifindex,
+            mac,
+            ips,
+            port,
+            rx,
+            gso,
+            mtu: mtu as usize,
+            neigh: Neighbours::new(ifindex, loopback),
+            _guards: guards,
+            bufs: (0..BATCH).map(|_| vec![0u8; SLOT]).collect(),
+            hdrs: vec![[0u8; ETH + 48]; BATCH],
+        })
+    }
+
+    fn count(&self, d: Drop) {
+        let c = &self.rx;
+        match d {
+            Drop::Truncated => &c.frame_truncated,
+            Drop::Vlan => &c.vlan_tagged,
+            Drop::IpHeader => &c.ip_hdr_err,
+            Drop::Ipv6Ext => &c.ipv6_ext_hdr,
+            Drop::UdpLength => &c.udp_len_err,
+            Drop::NotForUs => &c.not_for_us,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Writes the Ethernet, IP and UDP headers of one packet into `h`; returns their length.
+    ///
+    /// `id` is the IPv4 identification. With `gso`, `seg` is a whole run to be segmented by the
+    /// kernel: the UDP checksum field gets the pseudo-header sum the segmentation completes.
+    fn header(
+        &self,
+        h: &mut [u8; ETH + 48],
+        out: &Outgoing<'_>,
+        dst_mac: [u8; 6],
+        seg: &[u8],
+        id: u16,
+        gso: bool,
+    ) -> Option<usize> {
+        let len = u16::try_from(8 + seg.len()).ok()?;
+        let (ether_type, ip_len) = match (out.src_ip, out.dst.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                let mut ip =
+                    Ipv4Header::new(len, out.hop_limit, IpNumber::UDP, s.octets(), d.octets()).ok()?;
+                ip.dscp = etherparse::IpDscp::try_new(out.tos >> 2).ok()?;
+                ip.ecn = etherparse::IpEcn::try_new(out.tos & 3).ok()?;
+                ip.identification = id;
+                ip.dont_fragment = true;
+                ip.header_checksum = ip.calc_header_checksum();
+                h[ETH..ETH + 20].copy_from_slice(&ip.to_bytes());
+                // rxe sends UDP checksum 0 over IPv4; a GSO run needs the partial sum.
+                let checksum = if gso { pseudo_sum(&s.octets(), &d.octets(), len) } else { 0 };
+                let udp = UdpHeader {
+                    source_port: out.src_port,
+                    destination_port: out.dst.port(),
+                    length: len,
+                    checksum,
+                };
+                h[ETH + 20..ETH + 28].copy_from_slice(&udp.to_bytes());
+                (EtherType::IPV4, 20)
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                let ip = Ipv6Header {
+                    traffic_class: out.tos,
+                    flow_label: Ipv6FlowLabel::try_new(out.flow_label & 0xf_ffff).ok()?,
+                    payload_length: len,
+                    next_header: IpNumber::UDP,
+                    hop_limit: out.hop_limit,
+                    source: s.octets(),
+                    destination: d.octets(),
+                };
+                let udp = if gso {
+                    let checksum = pseudo_sum(&s.octets(), &d.octets(), len);
+                    UdpHeader {
+                        source_port: out.src_port,
+                        destination_port: out.dst.port(),
+                        length: len,
+                        checksum,
+                    }
+                } else {
+                    UdpHeader::with_ipv6_checksum(out.src_port, out.dst.port(), &ip, seg).ok()?
+                };
+                h[ETH..ETH + 40].copy_from_slice(&ip.to_bytes());
+                h[ETH + 40..ETH + 48].copy_from_slice(&udp.to_bytes());
+                (EtherType::IPV6, 40)
+            }
+            _ => return None,
+        };
+        let eth = Ethernet2Header { source: self.mac, destination: dst_mac, ether_type };
+        h[..ETH].copy_from_slice(&eth.to_bytes());
+        Some(ETH + ip_len + 8)
+    }
+}
+
+impl RawBackend {
+    /// Sends a run as one GSO super-frame: the virtio-net header asks the kernel to cut it
+    /// into `segment_size` pieces (UDP GSO, checksum completed per segment, IPv4
+    /// identification `k` for segment `k`), on the wire or at the first device that cannot
+    /// carry it whole. One system call and one skb for up to 64 packets.
+    fn send_gso(
+        &mut self,
+        out: &Outgoing<'_>,
+        dst_mac: [u8; 6],
+        sll: &mut libc::sockaddr_ll,
+    ) -> io::Result<()> {
+        let mut hdr = [0u8; ETH + 48];
+        let hl = self
+            .header(&mut hdr, out, dst_mac, out.contents, 0, true)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let mut vnet = [0u8; VNET];
+        vnet[0] = 1; // VIRTIO_NET_HDR_F_NEEDS_CSUM
+        vnet[1] = GSO_UDP_L4;
+        vnet[2..4].copy_from_slice(&(hl as u16).to_le_bytes());
+        vnet[4..6].copy_from_slice(&(out.segment_size as u16).to_le_bytes());
+        vnet[6..8].copy_from_slice(&((hl - 8) as u16).to_le_bytes()); // checksum start: UDP
+        vnet[8..10].copy_from_slice(&6u16.to_le_bytes()); // its checksum field
+        let mut iov = [
+            libc::iovec { iov_base: vnet.as_mut_ptr().cast(), iov_len: VNET },
+            libc::iovec { iov_base: hdr.as_mut_ptr().cast(), iov_len: hl },
+            libc::iovec { iov_base: out.contents.as_ptr() as *mut _, iov_len: out.contents.len() },
+        ];
+        // SAFETY: as above, all-zero is valid for msghdr.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (sll as *mut libc::sockaddr_ll).cast();
+        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = iov.len();
+        for _ in 0..1000 {
+            // SAFETY: `msg` points at `sll`, at `iov` and through it at `vnet`, `hdr` and
+            // `out.contents`, all live for the call; the kernel only reads them.
+            let r = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, 0) };
+            if r >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if !matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN | libc::EINTR)) {
+                return Err(e);
+            }
+            std::thread::yield_now();
+        }
+        Err(io::Error::from_raw_os_error(libc::ENOBUFS))
+    }
+}
+
+/// The UDP pseudo-header sum (folded, not complemented) that a partial checksum starts from:
+/// source and destination address, protocol 17, UDP length.
+fn pseudo_sum(src: &[u8], dst: &[u8], udp_len: u16) -> u16 {
+    let mut sum: u32 =
+        src.chunks(2).chain(dst.chunks(2)).map(|c| u16::from_be_bytes([c[0], c[1]]) as u32).sum();
+    sum += 17 + udp_len as u32;
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+impl Backend for RawBackend {
+    fn local_ip(&self) -> IpAddr {
+        self.ips[0]
+    }
+
+    fn local_ips(&self) -> Vec<IpAddr> {
+        self.ips.clone()
+    }
+
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn recv(&mut self, f: &mut dyn FnMut(Datagram<'_>)) -> io::Result<usize> {
+        // SAFETY: all-zero is a valid value of these plain C structs.
+        let mut addrs: [libc::sockaddr_ll; BATCH] = unsafe { std::mem::zeroed() };
+        let mut iovs: Vec<libc::iovec> = self
+            .bufs
+            .iter_mut()
+            .map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() })
+            .collect();
+        // SAFETY: as above.
+        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+        for (i, m) in msgs.iter_mut().enumerate() {
+            m.msg_hdr.msg_name = (&mut addrs[i] as *mut libc::sockaddr_ll).cast();
+            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+            m.msg_hdr.msg_iov = &mut iovs[i];
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: every mmsghdr points at a live iovec over a buffer of `SLOT` bytes in
+        // `self.bufs` and at a live sockaddr_ll; none of them moves or is read until the call
+        // returns, and the kernel writes at most the lengths given.
+        let n = unsafe {
+            libc::recvmmsg(
+                self.fd.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                BATCH as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock { Ok(0) } else { Err(e) };
+        }
+        let n = n as usize;
+        let mut count = 0;
+        for i in 0..n {
+            let m = &msgs[i];
+            if addrs[i].sll_pkttype == libc::PACKET_OUTGOING {
+                continue;
+            }
+            if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                self.count(Drop::Truncated);
+                continue;
+            }
+            let buf = &self.bufs[i][..(m.msg_len as usize).min(SLOT)];
+            if buf.len() < VNET {
+                self.count(Drop::Truncated);
+                continue;
+            }
+            let (vnet, frame) = buf.split_at(VNET);
+            let p = match parse(frame, &self.ips, self.port) {
+                Ok(p) => p,
+                Err(d) => {
+                    self.count(d);
+                    continue;
+                }
+            };
+            let gso_size = u16::from_le_bytes([vnet[4], vnet[5]]) as usize;
+            let payload = &frame[p.payload.clone()];
+            if !matches!(vnet[1], GSO_UDP_L4 | GSO_UDP) || gso_size == 0 || payload.len() <= gso_size {
+                f(Datagram {
+                    payload,
+                    src: p.src,
+                    dst: p.dst,
+                    dst_port: p.dst_port,
+                    ecn: p.ecn,
+                    ip_header: Some(&frame[p.ip]),
+                });
+                count += 1;
+                continue;
+            }
+            // A super-frame: each segment with the IP header segmentation would give it.
+            let ip = &frame[p.ip.clone()];
+            let mut hdr = [0u8; 60];
+            let hdr = &mut hdr[..ip.len()];
+            hdr.copy_from_slice(ip);
+            for (k, seg) in payload.chunks(gso_size).enumerate() {
+                let l4 = (8 + seg.len()) as u16;
+                if hdr[0] >> 4 == 4 {
+                    hdr[2..4].copy_from_slice(&(ip.len() as u16 + l4).to_be_bytes());
+                    let id = u16::from_be_bytes([ip[4], ip[5]]).wrapping_add(k as u16);
+                    hdr[4..6].copy_from_slice(&id.to_be_bytes());
+                } else {
+                    hdr[4..6].copy_from_slice(&l4.to_be_bytes());
+                }
+                f(Datagram {
+                    payload: seg,
+                    src: p.src,
+                    dst: p.dst,
+                    dst_port: p.dst_port,
+                    ecn: p.ecn,
+                    ip_header: Some(hdr),
+                });
+                count += 1;
+            }
+        }
+        // Frames dropped here still count as work done: read on until the socket is empty.
+        Ok(count.max(n))
+    }
+
+    fn send(&mut self, out: Outgoing<'_>) -> io::Result<()> {
+        let seg = out.segment_size.max(1);
+        let total = out.contents.len().div_ceil(seg);
+        let Some(dst_mac) = self.neigh.lookup(out.dst.ip()) else {
+            self.rx.neigh_unresolved.fetch_add(total as u64, Ordering::Relaxed);
+            return Ok(());
+        };
+        let proto = if out.dst.is_ipv4() { ETH_P_IP } else { ETH_P_IPV6 };
+        let ip_len = if out.dst.is_ipv4() { 20 } else { 40 };
+        if ip_len + 8 + seg > self.mtu {
+            // A path MTU above the link's (the kernel refuses such frames with EMSGSIZE; a
+            // GSO run would slip through and be dropped further on): nothing can be sent.
+            self.rx.send_err.fetch_add(total as u64, Ordering::Relaxed);
+            return Ok(());
+        }
+        let mut sll = sockaddr_ll(self.ifindex, proto);
+        sll.sll_halen = 6;
+        sll.sll_addr[..6].copy_from_slice(&dst_mac);
+        if total > 1 && self.gso {
+            match self.send_gso(&out, dst_mac, &mut sll) {
+                Ok(()) => return Ok(()),
+                // The kernel cannot take GSO from a packet socket: one frame per packet.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {
+                    self.gso = false
+                }
+                Err(_) => {
+                    self.rx.send_err.fetch_add(total as u64, Ordering::Relaxed);
+                    return Ok(());
+                }
+            }
+        }
+        let mut segs = out.contents.chunks(seg);
+        let mut hdrs = std::mem::take(&mut self.hdrs);
+        let mut result = Ok(());
+        let mut index = 0;
+        loop {
+            let mut iovs: [[libc::iovec; 3]; BATCH] =
+                [[libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 3]; BATCH];
+            let mut k = 0;
+            for s in segs.by_ref().take(BATCH) {
+                // Segment k of a run leaves with IPv4 identification k, as from a GSO send.
+                let Some(hl) = self.header(&mut hdrs[k], &out, dst_mac, s, (index + k) as u16, false) else {
+                    self.rx.send_err.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                iovs[k] = [
+                    // The kernel only reads it (no offload asked).
+                    libc::iovec { iov_base: VNET_NONE.as_ptr() as *mut _, iov_len: VNET },
+                    libc::iovec { iov_base: hdrs[k].as_mut_ptr().cast(), iov_len: hl },
+                    libc::iovec { iov_base: s.as_ptr() as *mut _, iov_len: s.len() },
+                ];
+                k += 1;
+            }
+            if k == 0 {
+                break;
+            }
+            index += k;
+            // SAFETY: as above, all-zero is valid for mmsghdr.
+            let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+            for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()).take(k) {
+                m.msg_hdr.msg_name = (&mut sll as *mut libc::sockaddr_ll).cast();
+                m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+                m.msg_hdr.msg_iov = iov.as_mut_ptr();
+                m.msg_hdr.msg_iovlen = 3;
+            }
+            let mut done = 0;
+            let mut spins = 0;
+            while done < k {
+                // SAFETY: messages `done..k` point at live iovecs over `hdrs` and over
+                // `out.contents`, and at `sll`; the kernel only reads them during the call.
+                let r = unsafe {
+                    libc::sendmmsg(self.fd.as_raw_fd(), msgs[done..].as_mut_ptr(), (k - done) as u32, 0)
+                };
+                if r > 0 {
+                    done += r as usize;
+                    continue;
+                }
+                let e = io::Error::last_os_error();
+                // The device queue is full (ENOBUFS) or the send buffer (EAGAIN): wait a little.
+                if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN | libc::EINTR))
+                    && spins < 1000
+                {
+                    spins += 1;
+                    std::thread::yield_now();
+                    continue;
+                }
+                self.rx.send_err.fetch_add((k - done) as u64, Ordering::Relaxed);
+                result = Err(e);
+                break;
+            }
+            if result.is_err() {
+                break;
+            }
+        }
+        self.hdrs = hdrs;
+        // Failures are counted here; the engine counts whole failed batches on error, so
+        // report success and let retransmission do its work.
+        let _ = result;
+        Ok(())
+    }
+
+    fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {
+        registry.register(&mut mio::unix::SourceFd(&self.fd.as_raw_fd()), token, mio::Interest::READABLE)
+    }
+
+    fn max_segments(&self) -> usize {
+        BATCH
+    }
+
+    fn gso_numbers_ip_id(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(ip: &[u8], udp_payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&(if ip[0] >> 4 == 4 { ETH_P_IP } else { ETH_P_IPV6 }).to_be_bytes());
+        f.extend_from_slice(ip);
+        f.extend_from_slice(udp_payload);
+        f
+    }
+
+    fn v4(total: u16, flags: u16) -> Vec<u8> {
+        let mut h = Ipv4Header::new(total - 20, 64, IpNumber::UDP, [10, 0, 0, 2], [10, 0, 0, 1]).unwrap();
+        h.dont_fragment = flags & 0x4000 != 0;
+        h.more_fragments = flags & 0x2000 != 0;
+        h.header_checksum = h.calc_header_checksum();
+        h.to_bytes().to_vec()
+    }
+
+    fn udp(len: u16, dport: u16) -> Vec<u8> {
+        let mut u = UdpHeader { source_port: 0xc000, destination_port: dport, length: len, checksum: 0 }
+            .to_bytes()
+            .to_vec();
+        u.resize(len as usize, 0xab);
+        u
+    }
+
+    #[test]
+    fn parses_good_frames_and_drops_the_rest() {
+        let me: Vec<IpAddr> = vec!["10.0.0.1".parse().unwrap()];
+        let good = frame(&v4(20 + 40, 0x4000), &udp(40, 4791));
+        let p = parse(&good, &me, 4791).unwrap();
+        assert_eq!(p.payload.len(), 32);
+        assert_eq!(p.ip, 14..34);
+        assert_eq!(parse(&frame(&v4(60, 0x4000), &udp(40, 4792)), &me, 4791).err(), Some(Drop::NotForUs));
+        assert_eq!(parse(&frame(&v4(60, 0x2000), &udp(40, 4791)), &me, 4791).err(), Some(Drop::IpHeader));
+        assert_eq!(parse(&frame(&v4(60, 0x4000), &udp(39, 4791)), &me, 4791).err(), Some(Drop::Truncated));
+        let mut bad_sum = good.clone();
+        bad_sum[14 + 8] ^= 1; // TTL, outside the ICRC but inside the header checksum
+        assert_eq!(parse(&bad_sum, &me, 4791).err(), Some(Drop::IpHeader));
+        let mut bad_ihl = good.clone();
+        bad_ihl[14] = 0x44;
+        assert_eq!(parse(&bad_ihl, &me, 4791).err(), Some(Drop::IpHeader));
+        let mut vlan = good.clone();
+        vlan[12..14].copy_from_slice(&ETH_P_8021Q.to_be_bytes());
+        assert_eq!(parse(&vlan, &me, 4791).err(), Some(Drop::Vlan));
+        // Every truncation of a good frame is dropped without a panic.
+        for n in 0..good.len() {
+            assert!(parse(&good[..n], &me, 4791).is_err());
+        }
+        // And so is every single-byte change somewhere, whatever it does.
+        for i in 0..good.len() {
+            for v in [0u8, 0x45, 0xff] {
+                let mut g = good.clone();
+                g[i] = v;
+                let _ = parse(&g, &me, 4791);
+            }
+        }
+    }
+
+    #[test]
+    fn ipv6_extension_headers_are_dropped() {
+        let me: Vec<IpAddr> = vec!["fd00::1".parse().unwrap()];
+        let mut h = Ipv6Header {
+            traffic_class: 0,
+            flow_label: Ipv6FlowLabel::ZERO,
+            payload_length: 40,
+            next_header: IpNumber::UDP,
+            hop_limit: 64,
+            source: "fd00::2".parse::<std::net::Ipv6Addr>().unwrap().octets(),
+            destination: "fd00::1".parse::<std::net::Ipv6Addr>().unwrap().octets(),
+        };
+        let good = frame(&h.to_bytes(), &udp(40, 4791));
+        assert!(parse(&good, &me, 4791).is_ok());
+        h.next_header = IpNumber::IPV6_HEADER_HOP_BY_HOP;
+        assert_eq!(parse(&frame(&h.to_bytes(), &udp(40, 4791)), &me, 4791).err(), Some(Drop::Ipv6Ext));
+    }
+
+    /// The partial sum plus the UDP header and payload gives the checksum etherparse computes.
+    #[test]
+    fn pseudo_sum_completes_to_the_udp_checksum() {
+        let payload = [0x12u8, 0x34, 0x56, 0x78, 0x9a];
+        let (src, dst) = ([10, 0, 0, 1], [10, 0, 0, 2]);
+        let len = (8 + payload.len()) as u16;
+        let ip = Ipv4Header::new(len, 64, IpNumber::UDP, src, dst).unwrap();
+        let want = UdpHeader::with_ipv4_checksum(0xc000, 4791, &ip, &payload).unwrap().checksum;
+        let mut data = UdpHeader { source_port: 0xc000, destination_port: 4791, length: len, checksum: 0 }
+            .to_bytes()
+            .to_vec();
+        data.extend_from_slice(&payload);
+        data.push(0);
+        let mut sum = pseudo_sum(&src, &dst, len) as u32;
+        sum += data.chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]) as u32).sum::<u32>();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        assert_eq!(!(sum as u16), want);
+    }
+
+    #[test]
+    fn filter_assembles() {
+        let ips: Vec<IpAddr> =
+            vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap(), "fe80::1".parse().unwrap()];
+        let p = filter(&ips, 4791).unwrap();
+        assert!(p.len() < 64);
+        // The last two instructions return: accept, drop.
+        assert_eq!((p[p.len() - 2].code, p[p.len() - 2].k), (RET, 0x40000));
+        assert_eq!((p[p.len() - 1].code, p[p.len() - 1].k), (RET, 0));
+    }
+}
