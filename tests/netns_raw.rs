@@ -43,6 +43,7 @@ fn privileged() -> bool {
 /// drop rule on each end; removed on drop.
 struct Pair {
     ns: [String; 2],
+    dev: [String; 2],
     v4: [String; 2],
     v6: [String; 2],
 }
@@ -59,6 +60,7 @@ impl Pair {
         let (net, host) = (tag / 4, tag % 4 * 4);
         let p = Pair {
             ns: ns.clone(),
+            dev: dev.clone(),
             v4: [format!("10.203.{net}.{}", host + 1), format!("10.203.{net}.{}", host + 2)],
             v6: [format!("fd03:203:{tag:x}::1"), format!("fd03:203:{tag:x}::2")],
         };
@@ -365,4 +367,38 @@ fn raw_bulk_with_and_without_gso() {
         );
     }
     assert!(p.dropped(0) > 0 && p.dropped(1) > 0, "the egress rules must have dropped packets both ways");
+}
+
+/// The four pingpong tools over raw devices opened by interface name, with the IPv6 GID as
+/// the source (a device opened by name serves every address of the interface).
+#[test]
+fn pingpongs_over_raw_by_interface_with_ipv6_gids() {
+    if !privileged() {
+        return;
+    }
+    let p = Pair::new(6, 0);
+    let sr = Path::new(env!("CARGO_BIN_EXE_softroce"));
+    // GID table of a device opened by name: fe80::<EUI-64> (the link-local address), the IPv4
+    // address, the IPv6 global address.
+    for tool in ["rc-pingpong", "uc-pingpong", "ud-pingpong", "srq-pingpong"] {
+        let common = ["--backend", "raw", "-g", "2", "-n", "50", "-c", "-p", "18777"];
+        let mut sargs = vec![tool, "-d", &p.dev[0]];
+        sargs.extend_from_slice(&common);
+        let server = p.spawn(0, sr, &sargs, None);
+        std::thread::sleep(Duration::from_millis(300));
+        let mut cargs = vec![tool, "-d", &p.dev[1]];
+        cargs.extend_from_slice(&common);
+        cargs.push(&p.v6[0]);
+        let c = p.spawn(1, sr, &cargs, None).wait_with_output().unwrap();
+        let s = server.wait_with_output().unwrap();
+        let (c, s) = (text(&c), text(&s));
+        assert!(
+            !c.is_empty() && s.contains("50 iters in ") && c.contains("50 iters in "),
+            "{tool}\nclient:\n{c}\nserver:\n{s}"
+        );
+        assert!(
+            s.contains(&format!("GID {}", p.v6[0])) && s.contains(&format!("GID {}", p.v6[1])),
+            "{tool}: {s}"
+        );
+    }
 }

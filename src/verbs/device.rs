@@ -234,6 +234,8 @@ pub(crate) struct DeviceShared {
     pub netdev: String,
     pub mac: [u8; 6],
     pub gids: Vec<Gid>,
+    /// Every address the device sends from and receives on (the first is `ip`).
+    pub addresses: Vec<IpAddr>,
     pub port: PortAttr,
     pub attr: DeviceAttr,
     pub mrs: RwLock<MrTable>,
@@ -553,6 +555,7 @@ impl Device {
             netdev: info.port.netdev.clone(),
             mac: info.mac,
             gids: info.gids,
+            addresses: info.addresses.clone(),
             port: info.port,
             attr: info.attr,
             mrs: RwLock::new(MrTable::default()),

@@ -393,9 +393,9 @@ impl QueuePair {
             if av.dgid.is_zero() || av.dgid.to_ip().is_ipv4() != sgid.to_ip().is_ipv4() {
                 return Err(Error::Unreachable(av.dgid));
             }
-            if sgid.to_ip() != self.device.ip() {
+            if !self.device.shared.addresses.contains(&sgid.to_ip()) {
                 return Err(Error::InvalidArgument(
-                    "the source GID must be the device's address (GID index of its IP: see devinfo)",
+                    "the source GID must be one of the device's addresses (GID index of its IP: see devinfo)",
                 ));
             }
         }

@@ -305,8 +305,13 @@ fn sockaddr_ll(ifindex: i32, protocol: u16) -> libc::sockaddr_ll {
 fn guard(addr: SocketAddr) -> io::Result<UdpSocket> {
     let domain = if addr.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 };
     let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    // Freebind: an address still in duplicate address detection (an interface just brought
+    // up) cannot be bound otherwise.
     if addr.is_ipv6() {
         s.set_only_v6(true)?;
+        s.set_freebind_v6(true)?;
+    } else {
+        s.set_freebind_v4(true)?;
     }
     attach_filter(s.as_raw_fd(), &[libc::sock_filter { code: RET, jt: 0, jf: 0, k: 0 }])?;
     let _ = s.set_recv_buffer_size(0);
