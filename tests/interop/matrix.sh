@@ -362,12 +362,25 @@ if [[ " $BACKENDS " == *" raw "* ]]; then
     "$RIG" vm 1 "/usr/sbin/ip -6 addr add $VM6/64 dev eth0 nodad" >/dev/null 2>&1 || true
     sleep 1
     g6=$("$RIG" gid 1 | awk -v a="$VM6" '{ g = $2 } g ~ /fd77/ { print $1; exit }')
+    # UD and SRQ pingpongs (UC is the RC path without ACKs)
+    for t in ud srq; do
+        case $t in
+            ud) args="-g 1 -s 1024 -n 200 -c"; what="UD SEND 1024 B" ;;
+            srq) args="-g 1 -m 1024 -s 4096 -q 4 -n 200 -c"; what="SEND 4096 B, 4 QPs on one SRQ" ;;
+        esac
+        rxe_port=18515 run "raw-ppx-$t-sr2rxe" 1024 "" "ibv_${t}_pingpong" "$what" "softroce → rxe" server \
+            "ibv_${t}_pingpong $args" "$SR $t-pingpong $R -d $HOST $args $VM" "$PP_OK"
+        rxe_port=18515 run "raw-ppx-$t-rxe2sr" 1024 "" "ibv_${t}_pingpong" "$what" "rxe → softroce" client \
+            "ibv_${t}_pingpong $args $HOST" "$SR $t-pingpong $R -d $HOST $args" "$PP_OK"
+    done
     if [ -n "$g6" ]; then
         SRC_FILTER="ipv6.src==$HOST6"
         rxe_port=18515 run "raw-pp6-sr2rxe-4096" 1024 "" ibv_rc_pingpong "SEND 4096 B, IPv6" "softroce → rxe" server \
             "ibv_rc_pingpong -g $g6 -s 4096 -n 200 -c" "$SR rc-pingpong $R -d $HOST6 -g 1 -s 4096 -n 200 -c $VM" "$PP_OK"
         rxe_port=18515 run "raw-pp6-rxe2sr-4096" 1024 "" ibv_rc_pingpong "SEND 4096 B, IPv6" "rxe → softroce" client \
             "ibv_rc_pingpong -g $g6 -s 4096 -n 200 -c $HOST" "$SR rc-pingpong $R -d $HOST6 -g 1 -s 4096 -n 200 -c" "$PP_OK"
+        rxe_port=18515 run "raw-ppud6-sr2rxe" 1024 "" ibv_ud_pingpong "UD SEND 1024 B, IPv6" "softroce → rxe" server \
+            "ibv_ud_pingpong -g $g6 -s 1024 -n 200 -c" "$SR ud-pingpong $R -d $HOST6 -g 1 -s 1024 -n 200 -c $VM" "$PP_OK"
         SRC_FILTER="ip.src==$HOST"
     else
         say "raw: guest 1 has no IPv6 GID for $VM6 (rig gid 1: $("$RIG" gid 1 | tr '\n' ';')); IPv6 rows skipped"
