@@ -1,6 +1,7 @@
 //! Feed our responder the request packets kernel rxe received in the captures and check that
 //! it answers exactly as rxe did: same opcodes, PSNs, AETH syndromes and MSNs, same READ data
-//! (from memory pre-filled with what rxe returned), same atomic original values.
+//! (from memory pre-filled with what rxe returned), same atomic original values; and the UD
+//! SENDs rxe sent, received by a UD QP of ours.
 
 mod common;
 
@@ -235,4 +236,76 @@ fn atomics() {
 fn rping() {
     // rping's RC traffic: SENDs both ways, a READ and a WRITE from the server.
     assert!(replay("rping_cm.pcap") >= 15);
+}
+
+/// The UD SENDs kernel rxe exchanged in `ibv_ud_pingpong` (and with a userspace peer), fed to
+/// a UD QP of ours: each lands whole after the 40-byte GRH area, which holds the captured IPv4
+/// header in its last 20 bytes, and the completion reports rxe's source QPN; with another
+/// Q_Key the same packets are dropped and counted.
+#[test]
+fn ud_sends_from_rxe_are_received() {
+    let mut n = 0;
+    for name in ["ud_pingpong.pcap", "host_ud.pcap"] {
+        for (_, f) in common::read_pcap(name) {
+            let Ok(fr) = RoceFrame::parse_ethernet(&f) else { continue };
+            let p = fr.packet();
+            if p.info().transport != Transport::Ud {
+                continue;
+            }
+            assert!(fr.icrc_ok(), "{name}: rxe's ICRC");
+            let deth = p.deth().expect("UD carries a DETH");
+            let mut grh = [0u8; GRH_LEN];
+            grh[20..].copy_from_slice(fr.ip_header());
+            for (qkey, delivered) in [(deth.qkey(), true), (deth.qkey() ^ 1, false)] {
+                let mem = VecMemory::new();
+                mem.add(PD, 0x10, 0x1000, 8192, Access::LOCAL_WRITE);
+                let caps = QpCaps {
+                    max_send_wr: 4,
+                    max_recv_wr: 4,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                };
+                let mut qp = Qp::new(p.bth().dest_qp(), QpType::Ud, PD, caps);
+                for u in [
+                    QpAttrUpdate {
+                        state: Some(QpState::Init),
+                        qkey: Some(qkey),
+                        port: true,
+                        pkey_index: true,
+                        ..Default::default()
+                    },
+                    QpAttrUpdate { state: Some(QpState::Rtr), ..Default::default() },
+                    QpAttrUpdate {
+                        state: Some(QpState::Rts),
+                        sq_psn: Some(Psn::new(0)),
+                        ..Default::default()
+                    },
+                ] {
+                    qp.modify(&u).unwrap();
+                }
+                qp.set_ud_mtu(Mtu::Mtu4096);
+                qp.post_recv(RecvWr::new(7, &[Sge { addr: 0x1000, length: 8192, lkey: 0x10 }])).unwrap();
+                qp.handle_packet_grh(Time::ZERO, &p, Some(&grh), &mem);
+                let wc = qp.poll_recv_completion();
+                if !delivered {
+                    assert!(wc.is_none(), "{name}: a foreign Q_Key is dropped");
+                    assert_eq!(qp.counters().rcvd_qkey_err, 1);
+                    continue;
+                }
+                let wc = wc.expect("a receive completion");
+                let len = p.payload().len();
+                assert_eq!(
+                    (wc.status, wc.byte_len as usize, wc.src_qp, wc.grh, wc.imm_data),
+                    (WcStatus::Success, GRH_LEN + len, deth.src_qp(), true, p.immdt().map(|i| i.imm())),
+                    "{name}"
+                );
+                let buf = mem.get(0x10, 0x1000, GRH_LEN + len);
+                assert_eq!(buf[..GRH_LEN], grh, "{name}: the GRH area");
+                assert_eq!(&buf[GRH_LEN..], p.payload(), "{name}: the payload");
+                n += 1;
+            }
+        }
+    }
+    assert_eq!(n, 8, "six UD SENDs in ud_pingpong.pcap and two in host_ud.pcap");
 }
