@@ -266,7 +266,7 @@ impl Engine {
                     let _ = reply.send(());
                 }
                 Command::ModifyQp { qpn, attrs, reply } => {
-                    let r = st.modify(qpn, &attrs, &self.backend.local_ips());
+                    let r = st.modify(qpn, &attrs);
                     // The caller may post the moment modify returns: publish first.
                     st.publish_one(qpn);
                     let _ = reply.send(r);
@@ -423,8 +423,7 @@ impl Engine {
         const MAX_GSO_BYTES: usize = 65_507;
         let numbered = backend.gso_numbers_ip_id();
         let port = st.port;
-        // (UD only: the device's addresses and the address handles, fetched once per turn)
-        let mut locals: Option<Vec<IpAddr>> = None;
+        // (UD only: the address handles, read-locked once per turn)
         let mut ahs = None;
         let ecn = shared.ecn;
         let mut batch: Option<Batch> = None;
@@ -447,12 +446,9 @@ impl Engine {
                 let route = match t.ud {
                     // UD: where the work request's address handle points, from the UDP
                     // source port rxe gives the QP.
-                    Some(ud) => {
-                        let locals = locals.get_or_insert_with(|| backend.local_ips());
-                        ahs.get_or_insert_with(|| shared.ahs.read())
-                            .get(&ud.ah)
-                            .and_then(|ah| path_to(locals, &shared.gids, &ah.av, ud_udp_sport(qpn), port))
-                    }
+                    Some(ud) => ahs.get_or_insert_with(|| shared.ahs.read()).get(&ud.ah).and_then(|ah| {
+                        path_to(&shared.addresses, &shared.gids, &ah.av, ud_udp_sport(qpn), port)
+                    }),
                     None => slot.path,
                 };
                 let Some(path) = &route else {
@@ -629,9 +625,9 @@ impl State {
         }
     }
 
-    fn modify(&mut self, qpn: u32, attrs: &QpAttrs, locals: &[IpAddr]) -> Result<()> {
+    fn modify(&mut self, qpn: u32, attrs: &QpAttrs) -> Result<()> {
         let port = self.port;
-        let gids = &self.shared.gids;
+        let (locals, gids) = (&self.shared.addresses, &self.shared.gids);
         let slot = self.qps.get_mut(&qpn).ok_or(Error::NoSuchQp(qpn))?;
         slot.qp.modify(&attrs.to_update())?;
         if let Some(av) = attrs.av {

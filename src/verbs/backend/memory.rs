@@ -92,9 +92,6 @@ impl MemoryBackend {
 }
 
 impl Backend for MemoryBackend {
-    fn local_ip(&self) -> IpAddr {
-        self.ip
-    }
     fn port(&self) -> u16 {
         self.port
     }

@@ -37,7 +37,7 @@ pub(crate) struct Datagram<'a> {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Outgoing<'a> {
     pub dst: SocketAddr,
-    /// The source address (one of [`Backend::local_ips`]).
+    /// The source address (one of the device's addresses).
     pub src_ip: IpAddr,
     pub src_port: u16,
     pub contents: &'a [u8],
@@ -52,13 +52,6 @@ pub(crate) struct Outgoing<'a> {
 
 /// What the engine needs from a backend.
 pub(crate) trait Backend: Send {
-    /// The local address packets are received on.
-    fn local_ip(&self) -> IpAddr;
-    /// Every local address packets may be sent from and received on (the first is
-    /// [`Backend::local_ip`]).
-    fn local_ips(&self) -> Vec<IpAddr> {
-        vec![self.local_ip()]
-    }
     /// The UDP port (4791 unless configured otherwise).
     fn port(&self) -> u16;
     /// Receives what is available without blocking; calls `f` for every datagram.

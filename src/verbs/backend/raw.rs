@@ -651,14 +651,6 @@ fn pseudo_sum(src: &[u8], dst: &[u8], udp_len: u16) -> u16 {
 }
 
 impl Backend for RawBackend {
-    fn local_ip(&self) -> IpAddr {
-        self.ips[0]
-    }
-
-    fn local_ips(&self) -> Vec<IpAddr> {
-        self.ips.clone()
-    }
-
     fn port(&self) -> u16 {
         self.port
     }

@@ -94,10 +94,6 @@ impl UdpBackend {
 }
 
 impl Backend for UdpBackend {
-    fn local_ip(&self) -> IpAddr {
-        self.ip
-    }
-
     fn port(&self) -> u16 {
         self.port
     }
