@@ -163,16 +163,15 @@ impl Qp {
                 return self.uc_drop_message();
             };
             let room = sg_len(&cur.wr.sg_list).saturating_sub(cur.offset);
-            if len > room {
-                self.unreliable_recv_error(WcStatus::LocLenErr);
-                self.resp.opcode = None;
-                self.resp.drop_msg = !info.position.ends();
-                self.resp.psn = psn.next();
-                self.counters.uc_msg_dropped += 1;
-                return;
-            }
-            if scatter(mem, self.pd, &cur.wr.sg_list, cur.offset, pkt.payload()).is_err() {
-                self.unreliable_recv_error(WcStatus::LocProtErr);
+            let placed = if len > room {
+                Err(WcStatus::LocLenErr)
+            } else {
+                scatter(mem, self.pd, &cur.wr.sg_list, cur.offset, pkt.payload())
+                    .map_err(|_| WcStatus::LocProtErr)
+            };
+            if let Err(status) = placed {
+                // The receive completes in error; the rest of the message is dropped.
+                self.unreliable_recv_error(status);
                 self.resp.opcode = None;
                 self.resp.drop_msg = !info.position.ends();
                 self.resp.psn = psn.next();
@@ -219,25 +218,16 @@ impl Qp {
         };
         let RecvWr { wr_id, sg_list } = wr;
         let len = (GRH_LEN + payload.len()) as u64;
-        if len > sg_len(&sg_list) {
-            self.recv_wcs.push_back(WorkCompletion::new(
-                wr_id,
-                WcStatus::LocLenErr,
-                WcOpcode::Recv,
-                self.qpn,
-            ));
-            return;
-        }
         let zero = [0u8; GRH_LEN];
-        let placed = scatter(mem, self.pd, &sg_list, 0, grh.unwrap_or(&zero))
-            .and_then(|_| scatter(mem, self.pd, &sg_list, GRH_LEN as u64, payload));
-        if placed.is_err() {
-            self.recv_wcs.push_back(WorkCompletion::new(
-                wr_id,
-                WcStatus::LocProtErr,
-                WcOpcode::Recv,
-                self.qpn,
-            ));
+        let placed = if len > sg_len(&sg_list) {
+            Err(WcStatus::LocLenErr)
+        } else {
+            scatter(mem, self.pd, &sg_list, 0, grh.unwrap_or(&zero))
+                .and_then(|_| scatter(mem, self.pd, &sg_list, GRH_LEN as u64, payload))
+                .map_err(|_| WcStatus::LocProtErr)
+        };
+        if let Err(status) = placed {
+            self.recv_wcs.push_back(WorkCompletion::new(wr_id, status, WcOpcode::Recv, self.qpn));
             return;
         }
         let mut wc = WorkCompletion::new(wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
