@@ -7,42 +7,16 @@
 //! (no loop without progress).
 #![no_main]
 
+mod layout;
+
+use layout::*;
 use libfuzzer_sys::fuzz_target;
-use softroce::transport::sim::{PD, Pair, PairConfig};
+use softroce::transport::sim::{Pair, PairConfig};
 use softroce::transport::*;
 use softroce::wire::aeth::Syndrome;
 use softroce::wire::*;
 use std::collections::BTreeSet;
 use std::time::Duration;
-
-const BUF: u32 = 0x100;
-const TGT: u32 = 0x200;
-const GUARD: u32 = 0x300;
-const BUF_ADDR: u64 = 0x10000;
-const TGT_ADDR: u64 = 0x40000;
-const TGT_LEN: u64 = 16384;
-const GUARD_ADDR: u64 = TGT_ADDR + TGT_LEN;
-
-struct R<'a>(&'a [u8]);
-impl R<'_> {
-    fn u8(&mut self) -> Option<u8> {
-        let (&b, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(b)
-    }
-    fn u16(&mut self) -> Option<u16> {
-        Some(u16::from_le_bytes([self.u8()?, self.u8()?]))
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes([self.u8()?, self.u8()?, self.u8()?, self.u8()?]))
-    }
-    fn bytes(&mut self, n: usize) -> &[u8] {
-        let n = n.min(self.0.len());
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        a
-    }
-}
 
 const REQUESTS: [Opcode; 17] = [
     Opcode::RC_SEND_FIRST,
@@ -166,10 +140,7 @@ fuzz_target!(|data: &[u8]| {
     let (mut qa, mut qb) = (a.qps.into_iter().next().unwrap(), b.qps.into_iter().next().unwrap());
     let (ma, mb) = (a.mem, b.mem);
     for m in [&ma, &mb] {
-        m.add(PD, BUF, BUF_ADDR, 65536, Access::LOCAL_WRITE);
-        m.add(PD, TGT, TGT_ADDR, TGT_LEN as usize, Access::ALL);
-        m.add(PD, GUARD, GUARD_ADDR, 4096, Access::LOCAL_WRITE);
-        m.set(GUARD, GUARD_ADDR, &[0x5a; 4096]);
+        add_regions(m);
         m.set(BUF, BUF_ADDR, &[0x33; 65536]);
     }
     let mut now = Time::ZERO;
@@ -251,6 +222,6 @@ fuzz_target!(|data: &[u8]| {
         while qb.poll_recv_completion().is_some() {}
     }
     // No remote request may touch memory without remote rights.
-    assert_eq!(mb.get(GUARD, GUARD_ADDR, 4096), vec![0x5a; 4096], "guard region written");
-    assert_eq!(ma.get(GUARD, GUARD_ADDR, 4096), vec![0x5a; 4096], "guard region written");
+    assert_eq!(mb.get(GUARD, GUARD_ADDR, 4096), vec![GUARD_BYTE; 4096], "guard region written");
+    assert_eq!(ma.get(GUARD, GUARD_ADDR, 4096), vec![GUARD_BYTE; 4096], "guard region written");
 });

@@ -6,42 +6,17 @@
 //! that fits its buffer (for SENDs); the SRQ never holds more than its size.
 #![no_main]
 
+mod layout;
+
+use layout::*;
 use libfuzzer_sys::fuzz_target;
 use softroce::transport::sim::{PD, Pair, PairConfig};
 use softroce::transport::*;
 use softroce::wire::*;
 use std::collections::BTreeSet;
 
-const BUF: u32 = 0x100;
-const TGT: u32 = 0x200;
-const GUARD: u32 = 0x300;
-const BUF_ADDR: u64 = 0x10000;
-const TGT_ADDR: u64 = 0x40000;
-const TGT_LEN: u64 = 16384;
-const GUARD_ADDR: u64 = TGT_ADDR + TGT_LEN;
 const QKEY: u32 = 0x1111_1111;
 const RECV_LEN: u32 = 6000;
-
-struct R<'a>(&'a [u8]);
-impl R<'_> {
-    fn u8(&mut self) -> Option<u8> {
-        let (&b, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(b)
-    }
-    fn u16(&mut self) -> Option<u16> {
-        Some(u16::from_le_bytes([self.u8()?, self.u8()?]))
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes([self.u8()?, self.u8()?, self.u8()?, self.u8()?]))
-    }
-    fn bytes(&mut self, n: usize) -> &[u8] {
-        let n = n.min(self.0.len());
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        a
-    }
-}
 
 const UC: [Opcode; 12] = [
     Opcode::UC_SEND_FIRST,
@@ -116,17 +91,14 @@ fuzz_target!(|data: &[u8]| {
     let (mut qa, mut qb) = (a.qps.into_iter().next().unwrap(), b.qps.into_iter().next().unwrap());
     let (ma, mb) = (a.mem, b.mem);
     for m in [&ma, &mb] {
-        m.add(PD, BUF, BUF_ADDR, 65536, Access::LOCAL_WRITE);
-        m.add(PD, TGT, TGT_ADDR, TGT_LEN as usize, Access::ALL);
-        m.add(PD, GUARD, GUARD_ADDR, 4096, Access::LOCAL_WRITE);
-        m.set(GUARD, GUARD_ADDR, &[0x5a; 4096]);
+        add_regions(m);
     }
     let mut srq = Srq::new(7, PD, 16, 2, 4).unwrap();
     let now = Time::ZERO;
     let mut posted = 0u64;
     let mut done = BTreeSet::new();
     let mut txbuf = vec![0u8; 8192];
-    let mut feed = |qb: &mut Qp, srq: &mut Srq, bytes: &[u8]| {
+    let feed = |qb: &mut Qp, srq: &mut Srq, bytes: &[u8]| {
         if let Ok(p) = Packet::new_checked(bytes)
             && p.bth().dest_qp() == qb.qpn()
         {
@@ -154,7 +126,8 @@ fuzz_target!(|data: &[u8]| {
             2 => {
                 let kind = r.u8().unwrap_or(0);
                 let len = r.u16().unwrap_or(0) as u32 % 12000;
-                let remote = RemoteAddr { addr: TGT_ADDR + (r.u16().unwrap_or(0) as u64 % TGT_LEN), rkey: TGT };
+                let remote =
+                    RemoteAddr { addr: TGT_ADDR + (r.u16().unwrap_or(0) as u64 % TGT_LEN), rkey: TGT };
                 let op = match kind % 4 {
                     0 => SendOp::Send,
                     1 => SendOp::SendWithImm(1),
@@ -206,5 +179,5 @@ fuzz_target!(|data: &[u8]| {
         }
         while qa.poll_send_completion().is_some() {}
     }
-    assert_eq!(mb.get(GUARD, GUARD_ADDR, 4096), vec![0x5a; 4096], "guard region written");
+    assert_eq!(mb.get(GUARD, GUARD_ADDR, 4096), vec![GUARD_BYTE; 4096], "guard region written");
 });
