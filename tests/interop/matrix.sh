@@ -197,6 +197,22 @@ rate_of() {
     echo "-"
 }
 
+# ppx TYPE PMTU PREFIX SUFFIX [SR-EXTRA]: ibv_TYPE_pingpong (uc, ud or srq) against softroce
+#   TYPE-pingpong in both directions, runs PREFIX-TYPE-sr2rxeSUFFIX and ...-rxe2srSUFFIX;
+#   SR-EXTRA goes to softroce only (e.g. --backend raw).
+ppx() {
+    local t=$1 pmtu=$2 prefix=$3 suffix=$4 extra=${5:-} size args what
+    case $t in
+        uc) size=$([ "$pmtu" = 1024 ] && echo 4096 || echo 65536); args="-g 1 -m $pmtu -s $size -n 200 -c"; what="UC SEND $size B" ;;
+        ud) size=$pmtu; args="-g 1 -s $size -n 200 -c"; what="UD SEND $size B" ;;
+        srq) size=4096; args="-g 1 -m $pmtu -s $size -q 4 -n 200 -c"; what="SEND $size B, 4 QPs on one SRQ" ;;
+    esac
+    rxe_port=18515 run "$prefix-$t-sr2rxe$suffix" "$pmtu" "" "ibv_${t}_pingpong" "$what" "softroce → rxe" server \
+        "ibv_${t}_pingpong $args" "$SR $t-pingpong $extra -d $HOST $args $VM" "$PP_OK"
+    rxe_port=18515 run "$prefix-$t-rxe2sr$suffix" "$pmtu" "" "ibv_${t}_pingpong" "$what" "rxe → softroce" client \
+        "ibv_${t}_pingpong $args $HOST" "$SR $t-pingpong $extra -d $HOST $args" "$PP_OK"
+}
+
 # perf NAME PMTU NETEM TOOL OPERATION DIR RXE-ARGS SR-ARGS
 #   TOOL: write_bw, read_lat, ...; DIR: sr2rxe (softroce is the client) or rxe2sr.
 perf() {
@@ -243,16 +259,8 @@ for mtu in 1500 9000; do
     done
     # ---- ibv_{uc,ud,srq}_pingpong <-> softroce {uc,ud,srq}-pingpong
     for t in uc ud srq; do
-        case $t in
-            uc) size=$([ $pmtu = 1024 ] && echo 4096 || echo 65536); args="-g 1 -m $pmtu -s $size -n 200 -c"; what="UC SEND $size B" ;;
-            ud) size=$pmtu; args="-g 1 -s $size -n 200 -c"; what="UD SEND $size B" ;;
-            srq) size=4096; args="-g 1 -m $pmtu -s $size -q 4 -n 200 -c"; what="SEND $size B, 4 QPs on one SRQ" ;;
-        esac
         [ $t = srq ] && [ $pmtu = 4096 ] && continue
-        rxe_port=18515 run "ppx-$t-sr2rxe-$pmtu" $pmtu "" "ibv_${t}_pingpong" "$what" "softroce → rxe" server \
-            "ibv_${t}_pingpong $args" "$SR $t-pingpong -d $HOST $args $VM" "$PP_OK"
-        rxe_port=18515 run "ppx-$t-rxe2sr-$pmtu" $pmtu "" "ibv_${t}_pingpong" "$what" "rxe → softroce" client \
-            "ibv_${t}_pingpong $args $HOST" "$SR $t-pingpong -d $HOST $args" "$PP_OK"
+        ppx $t $pmtu ppx "-$pmtu"
     done
     # ---- the lab sequence (SEND, SEND+imm, WRITE, WRITE+imm, READ, atomics, multi-SGE)
     rxe_port=18700 run "lab-sr2rxe-$pmtu" $pmtu "" labpeer "lab sequence" "softroce → rxe" server \
@@ -364,14 +372,7 @@ if [[ " $BACKENDS " == *" raw "* ]]; then
     g6=$("$RIG" gid 1 | awk -v a="$VM6" '{ g = $2 } g ~ /fd77/ { print $1; exit }')
     # UD and SRQ pingpongs (UC is the RC path without ACKs)
     for t in ud srq; do
-        case $t in
-            ud) args="-g 1 -s 1024 -n 200 -c"; what="UD SEND 1024 B" ;;
-            srq) args="-g 1 -m 1024 -s 4096 -q 4 -n 200 -c"; what="SEND 4096 B, 4 QPs on one SRQ" ;;
-        esac
-        rxe_port=18515 run "raw-ppx-$t-sr2rxe" 1024 "" "ibv_${t}_pingpong" "$what" "softroce → rxe" server \
-            "ibv_${t}_pingpong $args" "$SR $t-pingpong $R -d $HOST $args $VM" "$PP_OK"
-        rxe_port=18515 run "raw-ppx-$t-rxe2sr" 1024 "" "ibv_${t}_pingpong" "$what" "rxe → softroce" client \
-            "ibv_${t}_pingpong $args $HOST" "$SR $t-pingpong $R -d $HOST $args" "$PP_OK"
+        ppx $t 1024 raw-ppx "" "$R"
     done
     if [ -n "$g6" ]; then
         SRC_FILTER="ipv6.src==$HOST6"
