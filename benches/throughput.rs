@@ -220,13 +220,7 @@ fn child(role: &str) {
             let _ = s2.set_recv_buffer_size(16 << 20);
             let state = quinn_udp::UdpSocketState::new((&sock).into()).unwrap();
             println!("{}", sock.local_addr().unwrap());
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let st = stop.clone();
-            std::thread::spawn(move || {
-                let mut l = String::new();
-                let _ = std::io::stdin().read_line(&mut l);
-                st.store(true, std::sync::atomic::Ordering::SeqCst);
-            });
+            let stop = stop_when_stdin_closes();
             let mut bufs: Vec<Vec<u8>> = (0..32).map(|_| vec![0u8; 65536]).collect();
             let mut metas = vec![quinn_udp::RecvMeta::default(); 32];
             let (mut bytes, mut dgrams) = (0u64, 0u64);
@@ -282,13 +276,7 @@ fn child(role: &str) {
             }
             println!("ready");
             // Keep receives posted until the parent closes stdin.
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let st = stop.clone();
-            std::thread::spawn(move || {
-                let mut l = String::new();
-                let _ = std::io::stdin().read_line(&mut l);
-                st.store(true, std::sync::atomic::Ordering::SeqCst);
-            });
+            let stop = stop_when_stdin_closes();
             let mut wcs = vec![WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 256];
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 let n = cq.poll_wait(&mut wcs, Duration::from_millis(50)).unwrap_or(0);
@@ -299,4 +287,16 @@ fn child(role: &str) {
             }
         }
     }
+}
+
+/// A flag raised when the parent closes this child's stdin (the end of a run).
+fn stop_when_stdin_closes() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let st = stop.clone();
+    std::thread::spawn(move || {
+        let mut l = String::new();
+        let _ = std::io::stdin().read_line(&mut l);
+        st.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    stop
 }
