@@ -459,10 +459,8 @@ impl Pair {
             }
         };
         qp.modify(&rtr).expect("INIT->RTR");
-        if ud {
-            // UD has no path MTU attribute: the port's active MTU applies.
-            qp.attr.path_mtu = cfg.mtu;
-        }
+        // UD has no path MTU attribute: the port's active MTU applies.
+        qp.set_ud_mtu(cfg.mtu);
         let rts = QpAttrUpdate {
             state: Some(QpState::Rts),
             sq_psn: Some(sq_psn),
