@@ -117,7 +117,20 @@ fn wait(res: &Res) -> WorkCompletion {
         match res.cq.poll_one() {
             Ok(Some(wc)) => {
                 if wc.status != WcStatus::Success {
-                    die(format!("completion {} failed: {}", wc.wr_id, wc.status));
+                    // What the QP went through, for the post-mortem.
+                    let c = res.dev.counters().map(|c| {
+                        c.iter()
+                            .filter(|(_, v)| *v > 0)
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    });
+                    die(format!(
+                        "completion {} failed: {} (counters: {})",
+                        wc.wr_id,
+                        wc.status,
+                        c.unwrap_or_default()
+                    ));
                 }
                 return wc;
             }
