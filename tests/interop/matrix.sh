@@ -10,7 +10,7 @@
 #
 # Needs the softroce binary and examples built (MATRIX_BIN_DIR, default target/release):
 #   cargo build --release --bin softroce --example lab
-# Writes $RIG_WORK/matrix/summary.md (the table README.md shows) and one log and one pcap per
+# Writes $RIG_WORK/matrix/summary.md (the table docs/interop.md shows) and one log and one pcap per
 # run; exit 0 only if every run passed.
 #
 # Per run: capture on br0, run the rxe side in guest 1 and softroce in the rig's namespace
