@@ -8,8 +8,9 @@
 //! comma-separated list of local IP addresses or interface names, each optionally followed by
 //! `:raw` (the AF_PACKET backend, needs `CAP_NET_RAW`; the default is the unprivileged UDP
 //! backend). Entry *n* is device `softroce<n>`. An entry that names no local address or
-//! interface is still listed (so the numbering stays that of the list) with a warning on
-//! stderr; opening it fails with `ENODEV`. Set but empty: no devices.
+//! interface is left out with a warning on stderr (the others keep their numbers, so a
+//! missing `softroce1` is visible rather than renumbering `softroce2`). Set but empty: no
+//! devices.
 //!
 //! Unset: one UDP device per network interface that is up and has an IPv4 or a non-link-local
 //! IPv6 address, in interface-index order — so the loopback interface is `softroce0` on
@@ -117,23 +118,22 @@ pub struct SrDevice {
     pub spec: DeviceSpec,
     /// `softroce<n>`.
     pub name: String,
-    /// The device's node GUID (host order), 0 if the entry cannot be resolved.
+    /// The device's node GUID (host order).
     pub guid: u64,
-    /// Why this entry cannot be opened, if it cannot.
-    pub unusable: Option<String>,
     /// A loopback-interface device that picks its address per process.
     pub auto_loopback: bool,
     runtime: Mutex<Weak<DevRt>>,
 }
 
 impl SrDevice {
-    fn new(index: usize, spec: DeviceSpec) -> SrDevice {
+    /// The device of list entry `index`, or why the entry names no usable device.
+    fn new(index: usize, spec: DeviceSpec) -> Result<SrDevice, String> {
         let name = format!("softroce{index}");
         let auto_loopback = !spec.raw && is_loopback_interface(&spec.address);
-        let (guid, unusable) = match DeviceInfo::query(&config(&spec, &spec.address, &name)) {
-            Ok(info) => (info.attr.node_guid, None),
-            Err(e) => (0, Some(e.to_string())),
-        };
+        let guid = DeviceInfo::query(&config(&spec, &spec.address, &name))
+            .map_err(|e| e.to_string())?
+            .attr
+            .node_guid;
         // SAFETY: ibv_device is plain C data (integers, byte arrays, NULL function pointers):
         // all-zero is a valid value.
         let mut ibv: ibv_device = unsafe { std::mem::zeroed() };
@@ -143,7 +143,7 @@ impl SrDevice {
         copy_cstr(&mut ibv.dev_name, &format!("uverbs{index}"));
         copy_cstr(&mut ibv.dev_path, &format!("/sys/class/infiniband_verbs/uverbs{index}"));
         copy_cstr(&mut ibv.ibdev_path, &format!("{}/{name}", crate::sysfs::IBDEV_PATH_PREFIX));
-        SrDevice { ibv, index, spec, name, guid, unusable, auto_loopback, runtime: Mutex::new(Weak::new()) }
+        Ok(SrDevice { ibv, index, spec, name, guid, auto_loopback, runtime: Mutex::new(Weak::new()) })
     }
 
     /// The `ibv_device *` applications hold.
@@ -166,10 +166,6 @@ impl SrDevice {
             }
             // A runtime the parent made before fork(): never drop it here.
             std::mem::forget(rt);
-        }
-        if let Some(why) = &self.unusable {
-            warn(&format!("{}: {why}", self.name));
-            return Err(libc::ENODEV);
         }
         let rt = Arc::new(DevRt::new(self)?);
         *slot = Arc::downgrade(&rt);
@@ -203,12 +199,12 @@ pub fn devices() -> &'static [&'static SrDevice] {
         specs
             .into_iter()
             .enumerate()
-            .map(|(i, spec)| {
-                let d: &'static SrDevice = Box::leak(Box::new(SrDevice::new(i, spec)));
-                if let Some(why) = &d.unusable {
-                    warn(&format!("SOFTROCE_DEVICES entry {:?} ({}): {why}", d.spec.address, d.name));
+            .filter_map(|(i, spec)| match SrDevice::new(i, spec.clone()) {
+                Ok(d) => Some(&*Box::leak(Box::new(d))),
+                Err(why) => {
+                    warn(&format!("SOFTROCE_DEVICES entry {:?} (softroce{i}) left out: {why}", spec.address));
+                    None
                 }
-                d
             })
             .collect()
     })
