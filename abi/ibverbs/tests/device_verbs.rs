@@ -193,15 +193,13 @@ fn loopback_device_takes_a_free_address_per_process() {
         };
         let mut child = c.spawn().unwrap();
         let mut r = BufReader::new(child.stdout.take().unwrap());
-        let mut gid = String::new();
-        loop {
+        let gid = loop {
             let mut l = String::new();
             assert!(r.read_line(&mut l).unwrap() > 0, "no gid1 line");
             if let Some(g) = l.strip_prefix("gid1 ") {
-                gid = g.trim().to_string();
-                break;
+                break g.trim().to_string();
             }
-        }
+        };
         (child, gid)
     };
     let (mut a, ga) = hold(None);
