@@ -339,4 +339,45 @@ mod tests {
         assert_ne!(ip, ip2);
         drop(held);
     }
+
+    /// A device of its own (not in the process's list), leaked like listed ones.
+    fn device(spec: &str) -> &'static SrDevice {
+        Box::leak(Box::new(SrDevice::new(9, parse_devices(spec).remove(0)).unwrap()))
+    }
+
+    #[test]
+    fn the_engine_starts_on_first_use_and_is_shared() {
+        // A fresh address per process, so parallel runs do not share a port.
+        let ip = format!("127.77.{}.{}", std::process::id() % 250, std::process::id() / 250 % 250 + 1);
+        let dev = device(&ip);
+        assert!(!dev.auto_loopback);
+        let rt = dev.runtime().unwrap();
+        assert!(rt.started().is_none(), "opening binds nothing");
+        assert!(std::net::UdpSocket::bind((ip.as_str(), softroce::verbs::device::ROCE_PORT)).is_ok());
+        let d = rt.device().unwrap();
+        assert_eq!(d.ip().to_string(), ip);
+        assert_eq!(d.name(), "softroce9");
+        assert!(std::net::UdpSocket::bind((ip.as_str(), softroce::verbs::device::ROCE_PORT)).is_err());
+        // Every context of the device shares the runtime and its engine.
+        let rt2 = dev.runtime().unwrap();
+        assert!(Arc::ptr_eq(&rt, &rt2));
+        assert_eq!(rt2.started().unwrap().ip(), d.ip());
+        assert!(dev.current_runtime().is_some());
+        drop((rt, rt2, d));
+        assert!(dev.current_runtime().is_none(), "the last context gone, the runtime goes");
+    }
+
+    #[test]
+    fn a_loopback_device_binds_the_address_it_claimed() {
+        let lo = pnet::datalink::interfaces().into_iter().find(|i| i.is_loopback()).unwrap();
+        let dev = device(&lo.name);
+        assert!(dev.auto_loopback);
+        let rt = dev.runtime().unwrap();
+        let ip = rt.info.ip;
+        assert!(matches!(ip, IpAddr::V4(v4) if v4.octets()[..3] == [127, 0, 0]), "{ip}");
+        assert_eq!(rt.cfg.address, ip.to_string());
+        // Claimed at open, bound by the engine later: nobody else gets it in between.
+        assert!(UdpSocket::bind((ip, softroce::verbs::device::ROCE_PORT)).is_err());
+        assert_eq!(rt.device().unwrap().ip(), ip);
+    }
 }
