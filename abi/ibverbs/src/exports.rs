@@ -102,7 +102,7 @@ macro_rules! exports {
 }
 
 #[cfg_attr(test, allow(unused_imports))]
-use crate::{compat, context, device, misc, private, private34, stubs, sysfs};
+use crate::{compat, context, device, kern, misc, private, private34, stubs, sysfs};
 
 exports! {
     // Devices, contexts, ports, GIDs, strings, fork: implemented.
@@ -178,11 +178,11 @@ exports! {
     default "ibv_unimport_mr"                    "IBVERBS_1.10"         => stubs::ibv_unimport_mr;
     default "ibv_import_dm"                      "IBVERBS_1.13"         => stubs::ibv_import_dm;
     default "ibv_unimport_dm"                    "IBVERBS_1.13"         => stubs::ibv_unimport_dm;
-    // Conversions of kernel command structures (only the kernel rdma_cm path calls them).
-    default "ibv_copy_ah_attr_from_kern"         "IBVERBS_1.1"          => stubs::ibv_copy_ah_attr_from_kern;
-    default "ibv_copy_qp_attr_from_kern"         "IBVERBS_1.0"          => stubs::ibv_copy_qp_attr_from_kern;
-    default "ibv_copy_path_rec_from_kern"        "IBVERBS_1.0"          => stubs::ibv_copy_path_rec_from_kern;
-    default "ibv_copy_path_rec_to_kern"          "IBVERBS_1.0"          => stubs::ibv_copy_path_rec_to_kern;
+    // Conversions of kernel command structures (only the kernel rdma_cm path calls them): implemented.
+    default "ibv_copy_ah_attr_from_kern"         "IBVERBS_1.1"          => kern::ibv_copy_ah_attr_from_kern;
+    default "ibv_copy_qp_attr_from_kern"         "IBVERBS_1.0"          => kern::ibv_copy_qp_attr_from_kern;
+    default "ibv_copy_path_rec_from_kern"        "IBVERBS_1.0"          => kern::ibv_copy_path_rec_from_kern;
+    default "ibv_copy_path_rec_to_kern"          "IBVERBS_1.0"          => kern::ibv_copy_path_rec_to_kern;
     // The libibverbs 1.0 ABI (pre-2006 wrapper structs): fail with ENOSYS, as on a system
     // with no devices of that ABI. No Debian binary imports them.
     compat  "ibv_get_device_list"                "IBVERBS_1.0"          => compat::ibv_get_device_list_1_0;

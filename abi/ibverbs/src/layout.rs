@@ -5,6 +5,7 @@
 //! `CI` it fails instead).
 
 use crate::ffi::*;
+use crate::kern::*;
 
 /// One field: the Rust type and path, the C member path, and where it sits.
 #[derive(Debug, Clone, Copy)]
@@ -196,6 +197,25 @@ layout! {
     ibv_cq_init_attr_ex { cqe, cq_context, channel, comp_vector, wc_flags, comp_mask, flags, parent_domain }
     ibv_moderate_cq { cq_count, cq_period }
     ibv_modify_cq_attr { attr_mask, moderate }
+    ib_uverbs_global_route { dgid, flow_label, sgid_index, hop_limit, traffic_class, reserved }
+    ib_uverbs_ah_attr { grh, dlid, sl, src_path_bits, static_rate, is_global, port_num, reserved }
+    ib_uverbs_qp_attr {
+        qp_attr_mask, qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn, sq_psn,
+        dest_qp_num, qp_access_flags, ah_attr, alt_ah_attr, max_send_wr, max_recv_wr,
+        max_send_sge, max_recv_sge, max_inline_data, pkey_index, alt_pkey_index,
+        en_sqd_async_notify, sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer,
+        port_num, timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout, reserved,
+    }
+    ib_user_path_rec {
+        dgid, sgid, dlid, slid, raw_traffic, flow_label, reversible, mtu, pkey, hop_limit,
+        traffic_class, numb_path, sl, mtu_selector, rate_selector, rate,
+        packet_life_time_selector, packet_life_time, preference,
+    }
+    ibv_sa_path_rec {
+        dgid, sgid, dlid, slid, raw_traffic, flow_label, hop_limit, traffic_class, reversible,
+        numb_path, pkey, sl, mtu_selector, mtu, rate_selector, rate, packet_life_time_selector,
+        packet_life_time, preference,
+    }
 }
 
 /// Constants whose values come from the header: `(name, value here)`.
@@ -260,6 +280,7 @@ pub fn constants() -> Vec<(&'static str, i64)> {
 pub fn c_program() -> String {
     let mut c = String::from(
         "#include <stdio.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <infiniband/verbs.h>\n\
+         #include <infiniband/sa.h>\n#include <rdma/ib_user_verbs.h>\n#include <rdma/ib_user_sa.h>\n\
          #define F(T, N, f) printf(\"F %s %s %zu %zu\\n\", #N, #f, offsetof(T, f), sizeof(((T *)0)->f));\n\
          int main(void) {\n",
     );

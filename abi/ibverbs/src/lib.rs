@@ -34,6 +34,7 @@ pub mod context;
 pub mod device;
 pub mod exports;
 pub mod ffi;
+pub mod kern;
 #[cfg(test)]
 mod layout;
 pub mod misc;

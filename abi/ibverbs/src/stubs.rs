@@ -253,15 +253,3 @@ pub unsafe extern "C" fn ibv_import_dm(_ctx: *mut ibv_context, _handle: u32) -> 
 }
 /// `ibv_unimport_dm`: nothing was imported.
 pub unsafe extern "C" fn ibv_unimport_dm(_dm: *mut ibv_dm) {}
-
-/// `ibv_copy_ah_attr_from_kern(dst, struct ib_user_ah_attr *src)`: does nothing yet. Only
-/// librdmacm's kernel path (replies of `/dev/infiniband/rdma_cm`, absent here) calls it.
-pub unsafe extern "C" fn ibv_copy_ah_attr_from_kern(_dst: *mut ibv_ah_attr, _src: *const c_void) {}
-/// `ibv_copy_qp_attr_from_kern(dst, struct ib_user_qp_attr *src)`: does nothing yet (as above).
-pub unsafe extern "C" fn ibv_copy_qp_attr_from_kern(_dst: *mut ibv_qp_attr, _src: *const c_void) {}
-/// `ibv_copy_path_rec_from_kern(struct ibv_sa_path_rec *, struct ib_user_path_rec *)`: does
-/// nothing yet (as above).
-pub unsafe extern "C" fn ibv_copy_path_rec_from_kern(_dst: *mut c_void, _src: *const c_void) {}
-/// `ibv_copy_path_rec_to_kern(struct ib_user_path_rec *, struct ibv_sa_path_rec *)`: does
-/// nothing yet (as above).
-pub unsafe extern "C" fn ibv_copy_path_rec_to_kern(_dst: *mut c_void, _src: *const c_void) {}

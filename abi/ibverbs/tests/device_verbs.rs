@@ -28,23 +28,36 @@ fn line<'a>(out: &'a str, key: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no line {key:?} in:\n{out}"))
 }
 
-#[test]
-fn strings_and_rates_match_debian() {
-    if !require("strings_and_rates_match_debian", HEADERS, DEV_PACKAGES) {
-        return;
-    }
-    let dir = lib_dir("strings");
-    let exe = build_c("strings", &dir);
+/// Runs `tests/c/<name>.c` against Debian's library and ours: the outputs must be identical.
+fn same_as_debian(name: &str, min_lines: usize) {
+    let dir = lib_dir(name);
+    let exe = build_c(name, &dir);
     let real = Command::new(&exe).env_remove("LD_LIBRARY_PATH").output().unwrap();
     let ours = run_with(&dir, &mut Command::new(&exe));
-    assert!(real.status.success() && ours.status.success());
+    assert!(real.status.success() && ours.status.success(), "{}", text(&ours));
     let (real, ours) = (String::from_utf8(real.stdout).unwrap(), String::from_utf8(ours.stdout).unwrap());
     for (r, o) in real.lines().zip(ours.lines()) {
-        assert_eq!(r, o, "Debian's libibverbs vs ours");
+        assert_eq!(r, o, "{name}: Debian's libibverbs vs ours");
     }
     assert_eq!(real.lines().count(), ours.lines().count());
-    assert!(real.lines().count() > 300);
+    assert!(real.lines().count() >= min_lines);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The string helpers and rate conversions, every value.
+#[test]
+fn strings_and_rates_match_debian() {
+    if require("strings_and_rates_match_debian", HEADERS, DEV_PACKAGES) {
+        same_as_debian("strings", 300);
+    }
+}
+
+/// The `ibv_copy_*_kern` conversions, every output byte for patterned inputs.
+#[test]
+fn kernel_struct_conversions_match_debian() {
+    if require("kernel_struct_conversions_match_debian", HEADERS, DEV_PACKAGES) {
+        same_as_debian("kern", 60);
+    }
 }
 
 #[test]
