@@ -80,8 +80,8 @@ macro_rules! exports {
             sym $f
         );
     };
-    // A one-byte data object (a C `bool`), defined here in .bss; `$f` is unused but names
-    // the documentation item.
+    // A one-byte data object (a C `bool`), defined here in .bss; `$f` only names its
+    // documentation item.
     (@asm object $name:literal $node:literal $f:path) => {
         #[cfg(not(test))]
         core::arch::global_asm!(concat!(

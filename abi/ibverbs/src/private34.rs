@@ -7,16 +7,16 @@
 //! `verbs_init_cq` does its real, self-contained job. (`ibv_query_gid_type`, also in this
 //! node, is a device verb: `device.rs`.)
 
-use std::sync::atomic::AtomicU8;
-
 use libc::{c_int, c_uint, c_void};
 
 use crate::ffi::*;
 use crate::util::set_errno;
 
-/// `bool verbs_allow_disassociate_destroy` (1 byte, an OBJECT symbol libmlx5 reads). The real
-/// library sets it from `RDMAV_ALLOW_DISASSOC_DESTROY`; nothing here depends on it.
-pub static VERBS_ALLOW_DISASSOCIATE_DESTROY: AtomicU8 = AtomicU8::new(0);
+/// `bool verbs_allow_disassociate_destroy`, the one OBJECT export (1 byte; libmlx5 imports it).
+/// Its row in `exports.rs` defines it: a zero byte in `.bss` carrying the versioned name.
+/// Nothing in this library reads it (the real one sets it from `RDMAV_ALLOW_DISASSOC_DESTROY`
+/// for its providers). This item only names the row.
+pub const VERBS_ALLOW_DISASSOCIATE_DESTROY: () = ();
 
 /// `verbs_register_driver_34(const struct verbs_device_ops *)`: accepted and ignored — providers
 /// match kernel devices, and softroce has none.
