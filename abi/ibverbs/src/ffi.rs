@@ -2,8 +2,8 @@
 //! hands out or reads, written by hand from the installed header.
 //!
 //! Names, field order and types follow the header exactly, so that `offset_of!` here equals
-//! `offsetof` there; `tests::layout` compiles a C program against the installed header and
-//! compares every field listed in [`crate::layout`]. Anonymous C unions get a field name here
+//! `offsetof` there; a test in `layout.rs` compiles a C program against the installed header and
+//! compares every field listed in `layout.rs`. Anonymous C unions get a field name here
 //! (noted on the field); unions of same-sized integers (`imm_data`/`invalidated_rkey`) are one
 //! integer field.
 //!
