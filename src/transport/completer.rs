@@ -51,7 +51,7 @@ impl Qp {
     /// Re-arms or stops the local ACK timer after the acknowledged PSN moved.
     fn rearm_retransmit(&mut self, now: Time) {
         if self.qp_type == QpType::Rc && self.req.psn.is_after(self.comp.psn) {
-            self.retransmit_at = self.retransmit_interval().map(|d| now + d);
+            self.arm_retransmit(now);
         } else {
             self.retransmit_at = None;
         }

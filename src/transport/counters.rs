@@ -73,4 +73,7 @@ counters! {
     /// UC packets dropped with the message they belong to: a PSN gap, an opcode out of
     /// sequence, a bad R_Key or length (the receiver resynchronises at the next First/Only).
     uc_msg_dropped,
+    /// Local ACK timer expiries postponed, not charged to `retry_cnt`, because the driver
+    /// could not run for part of the timeout interval (softroce's own).
+    local_ack_timeout_stalled,
 }

@@ -29,6 +29,7 @@ use super::gid::{Gid, rc_udp_sport, ud_udp_sport};
 use super::mr::MrTable;
 use super::qp::{AddressVector, QpAttrs, QpInfo, QpShared};
 use super::srq::{SRQ_TAG, SrqAttr, SrqShared};
+use super::stall::StallClock;
 use crate::transport::{Counters, GRH_LEN, Qp, QpType, Srq, Time, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::icrc::{self, RecoveredIpv4};
 use crate::wire::roce::{IpRepr, RoceFrameRepr};
@@ -120,6 +121,9 @@ pub(crate) struct Engine {
     tx: Vec<u8>,
 }
 
+/// Receive batches read before due timers fire (at most 64 datagrams each).
+const MAX_BATCHES_BEFORE_TIMERS: usize = 16;
+
 /// Largest packet the engine builds: BTH + longest header chain + 4096 + ICRC.
 const MAX_PKT: usize = 12 + 32 + 4096 + ICRC_LEN;
 
@@ -164,15 +168,32 @@ impl Engine {
     pub(crate) fn run(mut self) {
         let mut events = mio::Events::with_capacity(8);
         let mut idle_since: Option<Instant> = None;
+        // Opened here, on the engine thread: the thread whose scheduling it measures.
+        let mut stall = StallClock::for_this_thread();
+        let mut woke = true;
         loop {
             let mut work = match self.commands() {
                 Some(w) => w,
                 None => return,
             };
             let now = self.now();
+            stall.sample(now, woke);
+            woke = false;
             work |= self.receive(now);
             work |= self.take_posts();
-            work |= self.timers(now);
+            let now = self.now();
+            if self.timer_due(now) {
+                // A timer is due: first read what has arrived (up to a bound), so that a
+                // response that waited in the socket while the engine could not run counts
+                // before the timeout does.
+                for _ in 0..MAX_BATCHES_BEFORE_TIMERS {
+                    if !self.receive(now) {
+                        break;
+                    }
+                }
+                stall.sample(now, true);
+                work |= self.timers(now, &stall);
+            }
             work |= self.transmit(now);
             self.publish();
             self.stats.dirty |= work;
@@ -204,6 +225,7 @@ impl Engine {
                     timeout = Some(timeout.map_or(cap, |t| t.min(cap)));
                 }
                 let _ = self.poll.poll(&mut events, timeout);
+                woke = true;
             }
             self.st.shared.sleeping.store(false, Ordering::SeqCst);
             idle_since = None;
@@ -379,7 +401,12 @@ impl Engine {
         any
     }
 
-    fn timers(&mut self, now: Time) -> bool {
+    /// Whether a QP timer is due at `now`.
+    fn timer_due(&self, now: Time) -> bool {
+        self.st.timers.peek().is_some_and(|Reverse((t, _))| *t <= now)
+    }
+
+    fn timers(&mut self, now: Time, stall: &StallClock) -> bool {
         let st = &mut self.st;
         let shared = st.shared.clone();
         let mut any = false;
@@ -394,7 +421,7 @@ impl Engine {
             }
             slot.timer = None;
             let mrs = shared.mrs.read();
-            slot.qp.handle_timeout(now, &*mrs);
+            slot.qp.handle_timeout_stalled(now, &*mrs, |since| stall.stalled_since(since));
             st.touched.push(qpn);
             any = true;
         }

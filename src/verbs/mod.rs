@@ -28,6 +28,7 @@ pub mod mr;
 pub mod pd;
 pub mod qp;
 pub mod srq;
+mod stall;
 
 pub use ah::AddressHandle;
 pub use backend::memory::MemoryNetwork;
