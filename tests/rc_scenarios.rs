@@ -900,3 +900,93 @@ fn endless_stale_responses_still_end_in_retry_exceeded() {
     assert!((32 * 4..40 * 4).contains(&ticks), "gave up after {ticks} quarter timeouts");
     assert_eq!(d.a_send[1].status, WcStatus::RetryExcErr);
 }
+
+/// A stall clock for `handle_timeout_stalled`: the driver could not run from `from` to `to`.
+fn stalled_between(from: Time, to: Time) -> impl Fn(Time) -> Duration {
+    move |since: Time| {
+        let start = since.max(from);
+        if to > start { to - start } else { Duration::ZERO }
+    }
+}
+
+/// The engine was descheduled for half of the local ACK timeout: when the timer is handled
+/// (late), the ACK that arrived meanwhile is read first, and the expiry neither retransmits
+/// nor takes a retry. A timeout of which the engine could run only part is postponed by the
+/// part it could not, and then fires.
+#[test]
+fn late_timer_does_not_consume_a_retry() {
+    let mut d = Duo::new(PairConfig { retry_cnt: 1, ..PairConfig::default() });
+    recv(&mut d, 1, 0, 64);
+    send(&mut d, 1, 0, 64);
+    let req = d.tx_a();
+    d.deliver_b(&req);
+    let ack = d.tx_b(); // held back: it "waits in the socket" while A is descheduled
+    // A could not run from RTO/4 to 3·RTO/4; its timer is handled at RTO.
+    let (s0, s1) = (Time::ZERO + RTO / 4, Time::ZERO + RTO * 3 / 4);
+    d.now = Time::ZERO + RTO;
+    d.a.handle_timeout_stalled(d.now, &d.ma, stalled_between(s0, s1));
+    assert!(d.tx_a().is_empty(), "no retransmission: A ran for only half the timeout");
+    assert_eq!(d.a.counters().local_ack_timeout_err, 0);
+    assert_eq!(d.a.poll_timeout(), Some(Time::ZERO + RTO + RTO / 2), "postponed by the stall");
+    d.deliver_a(&ack);
+    assert_eq!(d.a.counters().local_ack_timeout_stalled, 1, "one timeout avoided");
+    assert_eq!(d.a_send.len(), 1);
+    assert_eq!(d.a_send[0].status, WcStatus::Success);
+    assert_eq!(d.a.counters().completer_retry_err, 0, "no retry spent");
+    assert_eq!(d.a.poll_timeout(), None);
+
+    // The same with the ACK lost: the postponed timer fires once A has run a full timeout,
+    // and the retransmission is the first (of one) retry.
+    recv(&mut d, 2, 0, 64);
+    send(&mut d, 2, 0, 64);
+    let t0 = d.now;
+    let req = d.tx_a();
+    d.deliver_b(&req);
+    let _lost = d.tx_b();
+    d.now = t0 + RTO;
+    d.a.handle_timeout_stalled(d.now, &d.ma, stalled_between(t0, t0 + RTO / 2));
+    assert!(d.tx_a().is_empty());
+    assert_eq!(d.a.poll_timeout(), Some(t0 + RTO + RTO / 2));
+    d.now = t0 + RTO + RTO / 2;
+    d.a.handle_timeout_stalled(d.now, &d.ma, stalled_between(t0, t0 + RTO / 2));
+    let again = d.tx_a();
+    assert_eq!(again, req, "retransmitted after a full timeout of running");
+    assert_eq!((d.a.counters().local_ack_timeout_err, d.a.counters().completer_retry_err), (1, 1));
+    assert_eq!(d.a.counters().local_ack_timeout_stalled, 1, "this one was not avoided");
+    d.deliver_b(&again);
+    d.run(Duration::from_secs(1));
+    assert_eq!(d.a_send[1].status, WcStatus::Success);
+}
+
+/// The postponement is bounded: a peer that is gone ends in RETRY_EXC_ERR after exactly
+/// `retry_cnt` retransmissions, each timeout firing at most LOCAL_ACK_STRETCH × T after the
+/// timer was armed even when the engine never ran — and after exactly T each when it always
+/// could.
+#[test]
+fn dead_peer_ends_in_retry_exceeded_within_the_stretched_bound() {
+    for always_stalled in [false, true] {
+        let mut d = Duo::new(PairConfig { retry_cnt: 7, ..PairConfig::default() });
+        send(&mut d, 1, 0, 64);
+        let mut sends = d.tx_a().len();
+        let mut fired = vec![];
+        while d.a.state() == QpState::Rts {
+            let t = d.a.poll_timeout().expect("a timer runs while a request is outstanding");
+            d.now = t;
+            let before = d.a.counters().local_ack_timeout_err;
+            // Stalled: the driver could not run at any time since the timer was armed.
+            d.a.handle_timeout_stalled(t, &d.ma, |since| if always_stalled { t - since } else { Duration::ZERO });
+            if d.a.counters().local_ack_timeout_err != before {
+                fired.push(t);
+            }
+            sends += d.tx_a().len(); // all lost
+            assert!(fired.len() <= 8);
+        }
+        let stretch = if always_stalled { LOCAL_ACK_STRETCH } else { 1 };
+        let expect: Vec<Time> = (1..=8).map(|k| Time::ZERO + RTO * stretch * k).collect();
+        assert_eq!(fired, expect, "stalled={always_stalled}: a timeout every {stretch} × T");
+        assert_eq!(sends, 8, "the first transmission and seven retries");
+        assert_eq!(d.a_send[0].status, WcStatus::RetryExcErr);
+        assert_eq!(d.a.counters().retry_exceeded_err, 1);
+        assert_eq!(d.a.counters().local_ack_timeout_stalled, 0, "no timeout was avoided");
+    }
+}

@@ -53,7 +53,7 @@ impl Qp {
         if self.qp_type == QpType::Rc && self.req.psn.is_after(self.comp.psn) {
             self.arm_retransmit(now);
         } else {
-            self.retransmit_at = None;
+            self.stop_retransmit();
         }
     }
 
@@ -249,7 +249,7 @@ impl Qp {
                         self.req.wait_rnr = true;
                         self.rnr_at = Some(now + std::time::Duration::from_nanos(rnr_timer_ns(timer)));
                         // The RNR wait replaces the ACK timeout until the retry is sent.
-                        self.retransmit_at = None;
+                        self.stop_retransmit();
                         CompSt::Exit
                     } else {
                         self.counters.retry_rnr_exceeded_err += 1;

@@ -465,6 +465,8 @@ pub struct Qp {
     pub(crate) retransmit_at: Option<Time>,
     /// When the local ACK timer was last armed (what a timeout's waiting is measured from).
     pub(crate) retransmit_armed: Time,
+    /// The local ACK timer expired and was postponed because the driver had been stalled.
+    pub(crate) retransmit_postponed: bool,
     pub(crate) rnr_at: Option<Time>,
     /// Alternates responder and requester output so neither starves the other.
     pub(crate) tx_turn: bool,
@@ -497,6 +499,7 @@ impl Qp {
             counters: Counters::default(),
             retransmit_at: None,
             retransmit_armed: Time::ZERO,
+            retransmit_postponed: false,
             rnr_at: None,
             tx_turn: false,
             sq_drained_reported: false,
@@ -843,6 +846,7 @@ impl Qp {
             self.events.push_back(QpEvent::Fatal);
         }
         self.retransmit_at = None;
+        self.retransmit_postponed = false;
         self.rnr_at = None;
         self.req.need_retry = false;
         self.req.wait_rnr = false;
@@ -987,9 +991,10 @@ impl Qp {
     ///
     /// The local ACK timer counts only the time the driver could run: an expiry after a
     /// timeout interval `T` of which the driver spent part descheduled is postponed by that
-    /// part (counted in `local_ack_timeout_stalled`) and neither retransmits nor takes one of
-    /// the `retry_cnt` retries — a response that arrived meanwhile is still waiting to be
-    /// read. The postponement is bounded: every timeout fires at most
+    /// part and neither retransmits nor takes one of the `retry_cnt` retries: the peer —
+    /// usually on the same overloaded machine — had as little chance to answer. When the
+    /// answer comes before the new expiry, the timeout was avoided (counted in
+    /// `local_ack_timeout_stalled`). The postponement is bounded: every timeout fires at most
     /// [`LOCAL_ACK_STRETCH`] × `T` after the timer was armed, so a peer that is really gone
     /// still ends in `RETRY_EXC_ERR` within `(retry_cnt + 1) × LOCAL_ACK_STRETCH × T` of the
     /// last progress. The IBTA attribute is the least time the requester waits before it
@@ -1008,12 +1013,13 @@ impl Qp {
                 let ran = waited.saturating_sub(stalled(armed).min(waited));
                 if ran < rto && now < cap {
                     // The driver could not run for part of the interval: wait for the rest.
-                    self.counters.local_ack_timeout_stalled += 1;
+                    self.retransmit_postponed = true;
                     self.retransmit_at = Some((now + (rto - ran)).min(cap));
                     return;
                 }
             }
             self.retransmit_at = None;
+            self.retransmit_postponed = false;
             self.completer_timeout(now, mem);
         }
     }
@@ -1087,10 +1093,29 @@ impl Qp {
         }
     }
 
+    /// The local ACK timeout `T` (4.096 µs × 2^`timeout`; `None` for timeout 0 = infinite).
+    pub fn local_ack_timeout(&self) -> Option<Duration> {
+        self.retransmit_interval()
+    }
+
     /// Arms the local ACK timer `T` from `now` (not for timeout 0 = infinite).
     pub(crate) fn arm_retransmit(&mut self, now: Time) {
+        self.note_timer_outrun();
         self.retransmit_at = self.retransmit_interval().map(|d| now + d);
         self.retransmit_armed = now;
+    }
+
+    /// Stops the local ACK timer: nothing is outstanding, or the peer answered.
+    pub(crate) fn stop_retransmit(&mut self) {
+        self.note_timer_outrun();
+        self.retransmit_at = None;
+    }
+
+    /// A response came before a postponed timer's new expiry: the timeout it avoided.
+    fn note_timer_outrun(&mut self) {
+        if std::mem::take(&mut self.retransmit_postponed) {
+            self.counters.local_ack_timeout_stalled += 1;
+        }
     }
 
     /// The retransmit timeout as a duration (`None` for timeout 0 = infinite).

@@ -421,7 +421,9 @@ impl Engine {
             }
             slot.timer = None;
             let mrs = shared.mrs.read();
-            slot.qp.handle_timeout_stalled(now, &*mrs, |since| stall.stalled_since(since));
+            // Each QP ignores the waits its timeout already allows for.
+            let grace = super::stall::grace(slot.qp.local_ack_timeout().unwrap_or_default());
+            slot.qp.handle_timeout_stalled(now, &*mrs, |since| stall.stalled_since(since, grace));
             st.touched.push(qpn);
             any = true;
         }
