@@ -102,6 +102,15 @@ macro_rules! simple_header {
     };
 }
 
+/// The value of one field of a message, as [`cm::ReqRepr::visit`] and its siblings give it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldValue<'a> {
+    /// A number.
+    Int(u64),
+    /// A byte array (GID, private data).
+    Bytes(&'a [u8]),
+}
+
 /// Where a field of a fixed-layout message sits: a whole byte, 16/32/64-bit big-endian word,
 /// or some bits of a byte or of a big-endian 32-bit word (IBTA `Byte[Bit]` fields, which the
 /// kernel's `IBA_FIELD*_LOC` macros describe the same way: an aligned word and a mask).
@@ -251,6 +260,15 @@ macro_rules! field_message {
             /// Length of the emitted message.
             pub const fn buffer_len(&self) -> usize {
                 $len
+            }
+            /// Calls `f` with every field's name and value: the scalar fields in table order,
+            /// then the byte arrays (for printing every field, as `softroce dump -v` does).
+            pub fn visit(&self, mut f: impl FnMut(&'static str, $crate::wire::FieldValue<'_>)) {
+                #[allow(clippy::unnecessary_cast)]
+                {
+                    $( f(stringify!($get), $crate::wire::FieldValue::Int(self.$get as u64)); )*
+                }
+                $( f(stringify!($bget), $crate::wire::FieldValue::Bytes(&self.$bget)); )*
             }
             /// Writes every field into a view of at least `buffer_len()` bytes (the message's
             /// bytes are zeroed first, so nothing of the buffer's old content survives).
