@@ -62,7 +62,12 @@ fn link(drop: f64, seed: u64) -> LinkConfig {
 }
 
 fn auto() -> AutoApp {
-    AutoApp { accept_qpn_base: None, complete_connects: true, answer_dreq: true, think: Duration::from_millis(1) }
+    AutoApp {
+        accept_qpn_base: None,
+        complete_connects: true,
+        answer_dreq: true,
+        think: Duration::from_millis(1),
+    }
 }
 
 /// How a connect ended on the active side.
@@ -97,7 +102,11 @@ fn check_consistent(p: &CmPair) {
             let remote = me.cm.remote_id(id).unwrap();
             assert!(seen.insert(remote), "{side}: two connections to peer {remote:#x}");
             let pid = CmId(remote);
-            assert_eq!(peer.state(pid), Some(CmState::Established), "{side} {id} established, peer {pid} is not");
+            assert_eq!(
+                peer.state(pid),
+                Some(CmState::Established),
+                "{side} {id} established, peer {pid} is not"
+            );
             assert_eq!(peer.cm.remote_id(pid), Some(id.0), "{side} {id}: peer names another");
         }
     }
@@ -134,8 +143,10 @@ fn single_connect_over_lossy_links_never_half_opens_or_hangs() {
             assert!(reqs <= 1, "drop {drop} seed {seed}: {reqs} connections for one connect");
             *outcomes.entry(((drop * 100.0) as u32, format!("{o:?}"))).or_insert(0u32) += 1;
             let e = stress.entry((drop * 100.0) as u32).or_insert([0u64; 4]);
-            e[0] += p.a.cm.counters().tx_retries.iter().sum::<u64>() + p.b.cm.counters().tx_retries.iter().sum::<u64>();
-            e[1] += p.a.cm.counters().rx_duplicates.iter().sum::<u64>() + p.b.cm.counters().rx_duplicates.iter().sum::<u64>();
+            e[0] += p.a.cm.counters().tx_retries.iter().sum::<u64>()
+                + p.b.cm.counters().tx_retries.iter().sum::<u64>();
+            e[1] += p.a.cm.counters().rx_duplicates.iter().sum::<u64>()
+                + p.b.cm.counters().rx_duplicates.iter().sum::<u64>();
             e[2] += p.ab.stats.dropped + p.ba.stats.dropped;
             e[3] += p.a.corrupt_dropped + p.b.corrupt_dropped;
         }
@@ -148,7 +159,10 @@ fn single_connect_over_lossy_links_never_half_opens_or_hangs() {
     assert_eq!((stress[&0][0], stress[&0][2]), (0, 0), "no loss, no retransmission");
     // Retransmission makes 40 % loss a nuisance, not a failure.
     for drop in [0u32, 5, 20, 40] {
-        assert!(outcomes.get(&(drop, "Established".into())).copied().unwrap_or(0) >= 58, "{drop}: {outcomes:?}");
+        assert!(
+            outcomes.get(&(drop, "Established".into())).copied().unwrap_or(0) >= 58,
+            "{drop}: {outcomes:?}"
+        );
     }
 }
 
@@ -247,7 +261,9 @@ fn simultaneous_connects_give_two_connections() {
 
 fn connect_many(p: &mut CmPair, qpns: std::ops::Range<u32>) -> Vec<CmId> {
     let ids: Vec<CmId> = qpns.map(|q| p.a.cm.connect(p.now, &req(p, true, q)).unwrap()).collect();
-    let ok = p.run_until(p.now + Duration::from_secs_f64(BUDGET), |p| ids.iter().all(|&a| outcome(p, a) != Outcome::Pending));
+    let ok = p.run_until(p.now + Duration::from_secs_f64(BUDGET), |p| {
+        ids.iter().all(|&a| outcome(p, a) != Outcome::Pending)
+    });
     assert!(ok);
     ids
 }
@@ -270,7 +286,11 @@ fn fifty_sequential_connections() {
         p.run_until(p.now + Duration::from_secs(200), |p| {
             p.a.state(a) == Some(CmState::Idle) && p.b.state(b) == Some(CmState::Idle)
         });
-        assert_eq!((p.a.state(a), p.b.state(b)), (Some(CmState::Idle), Some(CmState::Idle)), "connection {k}");
+        assert_eq!(
+            (p.a.state(a), p.b.state(b)),
+            (Some(CmState::Idle), Some(CmState::Idle)),
+            "connection {k}"
+        );
         p.a.cm.destroy(p.now, a).unwrap();
         p.b.cm.destroy(p.now, b).unwrap();
     }
