@@ -185,6 +185,67 @@ impl CmEndpoint {
         self.get(id).ok().map(|c| c.remote_id)
     }
 
+    /// Checks the endpoint's internal consistency, for tests and fuzzing: the lookup tables
+    /// and the connections agree; every state that waits for an answer has a retransmission
+    /// timer and no other state has one (so nothing waits forever); timewait has its timer;
+    /// no listener holds more unanswered requests than its backlog.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.conns.len() > self.config.max_connections {
+            return Err(format!("{} connections > {}", self.conns.len(), self.config.max_connections));
+        }
+        for (k, i) in &self.remote_ids {
+            if self.conns.get(i).and_then(|c| c.remote_id_key) != Some(*k) {
+                return Err(format!("remote id {k:?} -> {i}: connection does not hold it"));
+            }
+        }
+        for (k, i) in &self.remote_qpns {
+            if self.conns.get(i).and_then(|c| c.remote_qpn_key) != Some(*k) {
+                return Err(format!("remote qpn {k:?} -> {i}: connection does not hold it"));
+            }
+        }
+        for (k, i) in &self.sidr_reqs {
+            if self.conns.get(i).and_then(|c| c.sidr_key) != Some(*k) {
+                return Err(format!("sidr {k:?} -> {i}: connection does not hold it"));
+            }
+        }
+        for (&i, c) in &self.conns {
+            if c.id != self.wire_id(i) {
+                return Err(format!("connection {i} has ID {}", c.id));
+            }
+            if c.remote_id_key.is_some_and(|k| self.remote_ids.get(&k) != Some(&i))
+                || c.remote_qpn_key.is_some_and(|k| self.remote_qpns.get(&k) != Some(&i))
+                || c.sidr_key.is_some_and(|k| self.sidr_reqs.get(&k) != Some(&i))
+            {
+                return Err(format!("connection {} holds a key the tables do not map to it", c.id));
+            }
+            let waits = matches!(
+                c.state,
+                CmState::ReqSent
+                    | CmState::MraReqRcvd
+                    | CmState::RepSent
+                    | CmState::MraRepRcvd
+                    | CmState::DreqSent
+                    | CmState::SidrReqSent
+            );
+            if waits != c.msg.is_some() {
+                return Err(format!("connection {} in {:?} with pending MAD {}", c.id, c.state, c.msg.is_some()));
+            }
+            if (c.state == CmState::Timewait) != c.timewait_until.is_some() {
+                return Err(format!("connection {} in {:?}, timewait timer {:?}", c.id, c.state, c.timewait_until));
+            }
+            if c.msg.as_ref().is_some_and(|m| m.interval.is_zero() && m.retries_left > 0) {
+                return Err(format!("connection {} retransmits without delay", c.id));
+            }
+        }
+        for (sid, l) in &self.listeners {
+            let n = self.conns.values().filter(|c| c.listener == Some(*sid)).count();
+            if n > l.backlog {
+                return Err(format!("listener {sid:#x}: {n} unanswered requests > backlog {}", l.backlog));
+            }
+        }
+        Ok(())
+    }
+
     // ---- IDs -------------------------------------------------------------------------
 
     fn wire_id(&self, index: u32) -> CmId {
@@ -1362,6 +1423,9 @@ impl CmEndpoint {
     /// Sends a SIDR_REQ (`ib_send_cm_sidr_req`): [`CmState::SidrReqSent`].
     pub fn sidr_request(&mut self, now: Time, p: &SidrReqParams) -> Result<CmId, CmError> {
         check_len(&p.private_data, pdl::SIDR_REQ)?;
+        if p.timeout.is_zero() {
+            return Err(CmError::InvalidParam("a SIDR_REQ needs a retransmission interval"));
+        }
         let i = self.alloc(CmState::SidrReqSent).ok_or(CmError::NoResources)?;
         let id = self.wire_id(i);
         let tid = self.form_tid(id);

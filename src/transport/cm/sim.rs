@@ -200,7 +200,16 @@ impl CmPair {
 
     /// Moves everything queued: transmits onto the links, events into the nodes (and their
     /// automatic answers). Call after issuing commands.
+    ///
+    /// # Panics
+    ///
+    /// When an endpoint's [`CmEndpoint::check_invariants`] fails: the harness is for tests.
     pub fn settle(&mut self) {
+        for n in [&self.a, &self.b] {
+            if let Err(e) = n.cm.check_invariants() {
+                panic!("CM invariant broken at {:?}: {e}", self.now);
+            }
+        }
         for _ in 0..64 {
             self.a.poll_events(self.now);
             self.b.poll_events(self.now);
