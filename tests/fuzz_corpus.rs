@@ -64,7 +64,8 @@ fn check(path: &Path, bytes: &[u8], write: bool) {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, bytes).unwrap();
     }
-    let have = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e} (regenerate the corpus)", path.display()));
+    let have =
+        std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e} (regenerate the corpus)", path.display()));
     assert_eq!(&have, bytes, "{}", path.display());
 }
 

@@ -228,10 +228,18 @@ impl CmEndpoint {
                     | CmState::SidrReqSent
             );
             if waits != c.msg.is_some() {
-                return Err(format!("connection {} in {:?} with pending MAD {}", c.id, c.state, c.msg.is_some()));
+                return Err(format!(
+                    "connection {} in {:?} with pending MAD {}",
+                    c.id,
+                    c.state,
+                    c.msg.is_some()
+                ));
             }
             if (c.state == CmState::Timewait) != c.timewait_until.is_some() {
-                return Err(format!("connection {} in {:?}, timewait timer {:?}", c.id, c.state, c.timewait_until));
+                return Err(format!(
+                    "connection {} in {:?}, timewait timer {:?}",
+                    c.id, c.state, c.timewait_until
+                ));
             }
             if c.msg.as_ref().is_some_and(|m| m.interval.is_zero() && m.retries_left > 0) {
                 return Err(format!("connection {} retransmits without delay", c.id));
@@ -1121,9 +1129,15 @@ impl CmEndpoint {
         Ok(())
     }
 
-    /// Stops listening. Requests already received stay.
+    /// Stops listening. Requests already received stay, but no longer count against a
+    /// backlog: a new listener on the service starts with an empty one, as a new ucma
+    /// listening context does.
     pub fn cancel_listen(&mut self, service_id: u64) -> Result<(), CmError> {
-        self.listeners.remove(&service_id).map(|_| ()).ok_or(CmError::NotListening(service_id))
+        self.listeners.remove(&service_id).ok_or(CmError::NotListening(service_id))?;
+        for c in self.conns.values_mut().filter(|c| c.listener == Some(service_id)) {
+            c.listener = None;
+        }
+        Ok(())
     }
 
     /// Sends a REQ (`ib_send_cm_req`): a new connection in [`CmState::ReqSent`], resent every

@@ -544,3 +544,26 @@ fn comm_ids_and_tids_look_like_linux() {
     assert_eq!(m.header.transaction_id, (2u64 << 32) | u64::from(a1.0.swap_bytes()));
     assert_eq!(m.body.cm_attr(), Some(CmAttr::Req));
 }
+
+/// Found by the fuzzer: requests pending on a cancelled listener must not count against the
+/// backlog of a new listener on the same service.
+#[test]
+fn a_new_listener_starts_with_an_empty_backlog() {
+    let mut p = CmPair::new(LinkConfig::default(), 19);
+    p.b.cm.listen(SVC, 4).unwrap();
+    for q in 0..3 {
+        p.a.cm.connect(p.now, &req_params(&p, 0x20 + q, 1)).unwrap();
+    }
+    p.run_until(secs(1.0), |p| p.b.pending.len() == 3);
+    p.b.cm.cancel_listen(SVC).unwrap();
+    p.b.cm.listen(SVC, 1).unwrap();
+    p.b.cm.check_invariants().unwrap();
+    p.a.cm.connect(p.now, &req_params(&p, 0x30, 1)).unwrap();
+    p.run_until(secs(1.0), |p| p.b.pending.len() == 4);
+    assert_eq!(p.b.pending.len(), 4, "the new listener takes one request");
+    p.a.cm.connect(p.now, &req_params(&p, 0x31, 1)).unwrap();
+    p.settle();
+    p.advance(Duration::from_millis(10));
+    assert_eq!(p.b.pending.len(), 4, "its backlog of 1 is full");
+    assert_eq!(p.b.cm.counters().req_backlog_full, 1);
+}
