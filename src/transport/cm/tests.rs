@@ -567,3 +567,24 @@ fn a_new_listener_starts_with_an_empty_backlog() {
     assert_eq!(p.b.pending.len(), 4, "its backlog of 1 is full");
     assert_eq!(p.b.cm.counters().req_backlog_full, 1);
 }
+
+/// Linux takes a connection out of its remote-ID and remote-QPN tables when it enters
+/// timewait (`cm_enter_timewait`): a new REQ from the same QP during timewait is a new
+/// connection, not a stale one.
+#[test]
+fn qpn_reuse_during_timewait_is_a_new_connection() {
+    let (mut p, a, b) = established(20);
+    p.a.cm.disconnect(p.now, a).unwrap();
+    p.run_until(secs(1.0), |p| p.b.state(b) == Some(CmState::DreqRcvd));
+    p.b.cm.disconnect(p.now, b).unwrap();
+    p.run_until(secs(1.0), |p| p.a.state(a) == Some(CmState::Timewait));
+    assert_eq!(p.b.state(b), Some(CmState::Timewait));
+    p.b.pending.clear();
+    let a2 = p.a.cm.connect(p.now, &req_params(&p, 0x20, 9)).unwrap();
+    p.run_until(secs(2.0), |p| !p.b.pending.is_empty());
+    let (b2, req) = take_req(&mut p);
+    assert_ne!(b2, b);
+    assert_eq!(req.remote_qpn, 0x20);
+    assert_eq!(p.b.cm.counters().stale_conn_rejected, 0);
+    assert_eq!(p.a.state(a2), Some(CmState::ReqSent));
+}
