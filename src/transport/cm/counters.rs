@@ -11,7 +11,8 @@ pub(crate) fn attr_index(attr: CmAttr) -> Option<usize> {
     (0x10..=0x1a).contains(&v).then(|| usize::from(v - 0x10))
 }
 
-/// The per-message counter names, in [`attr_index`] order (the kernel's sysfs file names).
+/// The per-message counter names, in attribute-ID order, req (0x0010) to apr (0x001a): the
+/// kernel's sysfs file names.
 pub const MESSAGE_NAMES: [&str; 11] =
     ["req", "mra", "rej", "rep", "rtu", "dreq", "drep", "sidr_req", "sidr_rep", "lap", "apr"];
 

@@ -38,7 +38,7 @@ pub struct CmNode {
     pub gid: [u8; 16],
     /// Every event, with the time it was polled.
     pub events: Vec<(Time, CmEvent)>,
-    /// Events not yet consumed by the test ([`CmPair::take_events`]).
+    /// Events not yet consumed by the test (it pops them).
     pub pending: VecDeque<CmEvent>,
     /// Automatic answers.
     pub auto: AutoApp,
