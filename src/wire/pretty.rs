@@ -379,10 +379,9 @@ impl fmt::Display for MadLine<'_> {
                 if r.transport_service_type != 0 {
                     write!(f, " transport={}", r.transport_service_type)?;
                 }
-                if super::cma::is_ip_service_id(r.service_id) {
-                    if let Some(c) = cma_text(&r.private_data) {
-                        write!(f, " {c}")?;
-                    }
+                let cma = super::cma::is_ip_service_id(r.service_id).then(|| cma_text(&r.private_data));
+                if let Some(c) = cma.flatten() {
+                    write!(f, " {c}")?;
                 }
             }
             MadBody::Rep(r) => write!(
@@ -540,15 +539,13 @@ impl fmt::Display for MadDetail<'_> {
             MadBody::Other(raw) => line("data", FieldValue::Bytes(raw)),
         }
         result?;
-        if let MadBody::Req(r) = &m.body {
-            if let Some(c) = cma_text(&r.private_data) {
-                write!(f, "\n    {name:<8} {:<28} {c}", "cma_hdr")?;
-            }
-        }
-        if let MadBody::SidrReq(r) = &m.body {
-            if let Some(c) = cma_text(&r.private_data) {
-                write!(f, "\n    {name:<8} {:<28} {c}", "cma_hdr")?;
-            }
+        let cma = match &m.body {
+            MadBody::Req(r) => cma_text(&r.private_data),
+            MadBody::SidrReq(r) => cma_text(&r.private_data),
+            _ => None,
+        };
+        if let Some(c) = cma {
+            write!(f, "\n    {name:<8} {:<28} {c}", "cma_hdr")?;
         }
         Ok(())
     }
