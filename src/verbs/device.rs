@@ -216,7 +216,7 @@ pub enum AsyncEvent {
     },
     /// A CQ overflowed (`IBV_EVENT_CQ_ERR`).
     CqError {
-        /// Which CQ (the order of creation).
+        /// Which CQ ([`super::CompletionQueue::cq_num`]).
         cq: u32,
     },
     /// A shared receive queue fell below its armed limit (`IBV_EVENT_SRQ_LIMIT_REACHED`);
