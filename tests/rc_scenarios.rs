@@ -974,7 +974,11 @@ fn dead_peer_ends_in_retry_exceeded_within_the_stretched_bound() {
             d.now = t;
             let before = d.a.counters().local_ack_timeout_err;
             // Stalled: the driver could not run at any time since the timer was armed.
-            d.a.handle_timeout_stalled(t, &d.ma, |since| if always_stalled { t - since } else { Duration::ZERO });
+            d.a.handle_timeout_stalled(
+                t,
+                &d.ma,
+                |since| if always_stalled { t - since } else { Duration::ZERO },
+            );
             if d.a.counters().local_ack_timeout_err != before {
                 fired.push(t);
             }
@@ -1064,7 +1068,8 @@ fn ten_thousand_duplicate_reads_queue_one_response() {
 fn max_dest_rd_atomic_is_never_exceeded_by_a_compliant_requester() {
     let mut d = Duo::new(PairConfig { rd_atomic: 2, ..PairConfig::default() });
     for i in 0..200u64 {
-        d.a.post_send(SendWr::new(i, SendOp::RdmaRead(Duo::remote(i * 64)), &[Duo::sge(i * 64, 64)])).unwrap();
+        d.a.post_send(SendWr::new(i, SendOp::RdmaRead(Duo::remote(i * 64)), &[Duo::sge(i * 64, 64)]))
+            .unwrap();
     }
     let mut most = 0;
     for _ in 0..10_000 {

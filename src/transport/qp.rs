@@ -999,7 +999,12 @@ impl Qp {
     /// still ends in `RETRY_EXC_ERR` within `(retry_cnt + 1) × LOCAL_ACK_STRETCH × T` of the
     /// last progress. The IBTA attribute is the least time the requester waits before it
     /// retries; waiting longer while the requester itself could not run stays within it.
-    pub fn handle_timeout_stalled<M: Memory>(&mut self, now: Time, mem: &M, stalled: impl Fn(Time) -> Duration) {
+    pub fn handle_timeout_stalled<M: Memory>(
+        &mut self,
+        now: Time,
+        mem: &M,
+        stalled: impl Fn(Time) -> Duration,
+    ) {
         if self.rnr_at.is_some_and(|t| t <= now) {
             self.rnr_at = None;
             self.req.wait_rnr = false;

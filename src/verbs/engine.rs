@@ -738,20 +738,28 @@ impl State {
         }
         // The state is visible before the completions that report its change.
         slot.shared.set_state(q.state());
-        let mut overflow = false;
+        let (mut send_overrun, mut recv_overrun) = (false, false);
         while let Some(wc) = q.poll_send_completion() {
-            overflow |= !slot.send_cq.push(wc);
+            send_overrun |= !slot.send_cq.push(wc);
         }
         while let Some(wc) = q.poll_recv_completion() {
             match &slot.shared.srq {
                 Some(srq) => srq.outstanding.fetch_sub(1, Ordering::SeqCst),
                 None => slot.shared.recv_outstanding.fetch_sub(1, Ordering::SeqCst),
             };
-            overflow |= !slot.recv_cq.push(wc);
+            recv_overrun |= !slot.recv_cq.push(wc);
         }
-        if overflow {
-            // IBTA: a CQ overrun is a CQ error; the QPs that feed it cannot go on.
-            self.shared.events.push(AsyncEvent::CqError { cq: slot.send_cq.id });
+        if send_overrun || recv_overrun {
+            // IBTA: a CQ overrun is a CQ error, reported against the CQ that overran; the
+            // QPs that feed it cannot go on.
+            let same = Arc::ptr_eq(&slot.send_cq, &slot.recv_cq);
+            for (overran, cq) in
+                [(send_overrun, &slot.send_cq), (recv_overrun && !(same && send_overrun), &slot.recv_cq)]
+            {
+                if overran {
+                    self.shared.events.push(AsyncEvent::CqError { cq: cq.id });
+                }
+            }
             let _ = q.modify(&crate::transport::QpAttrUpdate {
                 state: Some(crate::transport::QpState::Err),
                 ..Default::default()

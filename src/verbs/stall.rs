@@ -97,10 +97,7 @@ impl StallClock {
     /// exceeds `grace`.
     pub(crate) fn stalled_since(&self, since: Time, grace: Duration) -> Duration {
         let first = self.stalls.partition_point(|&(end, _)| end <= since);
-        self.stalls
-            .range(first..)
-            .map(|&(end, len)| len.min(end - since).saturating_sub(grace))
-            .sum()
+        self.stalls.range(first..).map(|&(end, len)| len.min(end - since).saturating_sub(grace)).sum()
     }
 }
 
