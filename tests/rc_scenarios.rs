@@ -1050,10 +1050,10 @@ fn ten_thousand_duplicate_reads_queue_one_response() {
     let mut d = Duo::new(PairConfig { rd_atomic: 16, mtu: Mtu::Mtu1024, ..PairConfig::default() });
     let (qpn, psn) = (d.b.qpn(), d.b.expected_psn());
     let req = read_request(qpn, psn, TGT_ADDR, 1 << 20);
-    d.deliver_b(&[req.clone()]);
+    d.deliver_b(std::slice::from_ref(&req));
     let mut most = 0;
     for _ in 0..10_000 {
-        d.deliver_b(&[req.clone()]);
+        d.deliver_b(std::slice::from_ref(&req));
         most = most.max(queued_responses(&d.b));
     }
     assert_eq!(most, 1);

@@ -28,6 +28,7 @@ use super::error::{Error, Result};
 use super::gid::{Gid, rc_udp_sport, ud_udp_sport};
 use super::mr::MrTable;
 use super::qp::{AddressVector, QpAttrs, QpInfo, QpShared};
+use super::rundir::RunDir;
 use super::srq::{SRQ_TAG, SrqAttr, SrqShared};
 use super::stall::StallClock;
 use crate::transport::{Counters, GRH_LEN, Qp, QpType, Srq, Time, WcOpcode, WcStatus, WorkCompletion};
@@ -566,48 +567,47 @@ impl Engine {
 
 /// The file through which a running device publishes its counters to other processes
 /// (`softroce counters` reads it): `name value` lines, rewritten at most four times a second
-/// while the device is busy and at shutdown, replaced atomically (write, then rename).
+/// while the device is busy and at shutdown, replaced atomically (see [`super::rundir`], which
+/// also bounds what ended devices leave behind).
 struct StatsFile {
     /// Counters changed since the last write.
     dirty: bool,
-    path: Option<std::path::PathBuf>,
+    /// The run directory and this device's file in it; `None` when publishing is off.
+    target: Option<(RunDir, String)>,
     header: String,
     last: Instant,
 }
 
 impl StatsFile {
     fn new(shared: &DeviceShared) -> StatsFile {
-        let dir = super::device::counters_dir();
-        let path = std::fs::create_dir_all(&dir)
-            .ok()
-            .map(|_| dir.join(format!("{}-{}-{}.counters", shared.name, shared.ip, std::process::id())));
-        let header = format!(
-            "device {}\nip {}\nnetdev {}\npid {}\n",
-            shared.name,
-            shared.ip,
-            shared.netdev,
-            std::process::id()
-        );
-        StatsFile { dirty: true, path, header, last: Instant::now() - Duration::from_secs(1) }
+        let pid = std::process::id();
+        let target = RunDir::for_publishing().ok().map(|dir| {
+            // Every device that opens clears what ended devices left beyond the bound.
+            dir.prune();
+            (dir, format!("{}-{}-{}.counters", shared.name, shared.ip, pid))
+        });
+        let mut header =
+            format!("device {}\nip {}\nnetdev {}\npid {pid}\n", shared.name, shared.ip, shared.netdev);
+        if let Some(start) = super::rundir::process_start(pid) {
+            header.push_str(&format!("start {start}\n"));
+        }
+        StatsFile { dirty: true, target, header, last: Instant::now() - Duration::from_secs(1) }
     }
 
     fn due(&self) -> bool {
-        self.path.is_some() && self.last.elapsed() >= Duration::from_millis(250)
+        self.target.is_some() && self.last.elapsed() >= Duration::from_millis(250)
     }
 
     fn write(&mut self, c: &DeviceCounters, exited: bool) {
         self.last = Instant::now();
         self.dirty = false;
-        let Some(path) = &self.path else { return };
+        let Some((dir, name)) = &self.target else { return };
         let mut text = self.header.clone();
         text.push_str(&format!("state {}\n", if exited { "exited" } else { "running" }));
         for (k, v) in c.iter() {
             text.push_str(&format!("{k} {v}\n"));
         }
-        let tmp = path.with_extension("tmp");
-        if std::fs::write(&tmp, text).is_ok() {
-            let _ = std::fs::rename(&tmp, path);
-        }
+        let _ = dir.publish(name, &text);
     }
 }
 

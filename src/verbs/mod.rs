@@ -27,6 +27,7 @@ pub mod gid;
 pub mod mr;
 pub mod pd;
 pub mod qp;
+pub mod rundir;
 pub mod srq;
 mod stall;
 
