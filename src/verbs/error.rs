@@ -87,6 +87,9 @@ pub enum Error {
         /// Its value.
         max: u64,
     },
+    /// The memory for a region could not be allocated.
+    #[error("cannot allocate {0} bytes of memory")]
+    NoMemory(usize),
     /// An argument is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),

@@ -55,9 +55,21 @@ unsafe impl Send for AtomicBytes {}
 unsafe impl Sync for AtomicBytes {}
 
 impl AtomicBytes {
-    fn owned(len: usize) -> AtomicBytes {
+    /// `len` zeroed bytes, or `None` when the memory cannot be had. The allocation is zeroed
+    /// by the allocator (pages the OS hands out are already zero and are not touched here), so
+    /// a large region costs memory only as it is used, and a failure is an error, not an abort.
+    fn owned(len: usize) -> Option<AtomicBytes> {
         let words = len.div_ceil(8).max(1);
-        AtomicBytes { storage: Storage::Owned((0..words).map(|_| AtomicU64::new(0)).collect()), len }
+        let layout = std::alloc::Layout::array::<AtomicU64>(words).ok()?;
+        // SAFETY: `layout` has a nonzero size (at least one word).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) } as *mut AtomicU64;
+        if ptr.is_null() {
+            return None;
+        }
+        // SAFETY: `ptr` was allocated by the global allocator with the layout of `[AtomicU64;
+        // words]`, and all-zero bytes are a valid `AtomicU64`; the box takes ownership.
+        let b = unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, words)) };
+        Some(AtomicBytes { storage: Storage::Owned(b), len })
     }
 
     /// # Safety
@@ -550,7 +562,7 @@ impl Drop for MemoryRegion {
     }
 }
 
-pub(crate) fn new_owned_bytes(len: usize) -> AtomicBytes {
+pub(crate) fn new_owned_bytes(len: usize) -> Option<AtomicBytes> {
     AtomicBytes::owned(len)
 }
 
@@ -567,7 +579,7 @@ mod tests {
 
     #[test]
     fn unaligned_reads_and_writes() {
-        let b = AtomicBytes::owned(37);
+        let b = AtomicBytes::owned(37).unwrap();
         let data: Vec<u8> = (0..37).collect();
         b.write(0, &data);
         for off in 0..37 {
@@ -617,7 +629,7 @@ mod tests {
                 // SAFETY: 8-aligned, `len` valid bytes, only accessed through `b` below.
                 unsafe { AtomicBytes::borrowed(backing.as_mut_ptr() as *mut u8, len) }
             } else {
-                AtomicBytes::owned(len)
+                AtomicBytes::owned(len).unwrap()
             };
             let mut model = vec![0u8; len];
             for (off, n, seed, is_write) in ops {
@@ -641,7 +653,7 @@ mod tests {
 
     #[test]
     fn concurrent_partial_writes_keep_neighbours() {
-        let b = Arc::new(AtomicBytes::owned(8));
+        let b = Arc::new(AtomicBytes::owned(8).unwrap());
         let t: Vec<_> = (0..8u8)
             .map(|i| {
                 let b = b.clone();

@@ -15,10 +15,10 @@ use softroce::verbs::{
 };
 
 use crate::cli::common::{CliError, Progress, cpu_time, random_psn};
-use crate::cli::oob::Role;
 use crate::cli::oob::perftest::{
     Negotiated, PerftestDest, PerftestTest, SessionHooks, buff_size, inc, mtu_bytes,
 };
+use crate::cli::oob::{PeerState, Role, peek_peer};
 use crate::cli::report::{
     AtomicType, BwParams, BwReport, ConnectionType, LAT_DURATION_HEADER, LAT_HEADER, LatDurationReport,
     LatReport, NS_PER_SEC, NS_PER_USEC, RESULT_LINE, Side, TestInfo, TestType, Verb, compute_bw, compute_lat,
@@ -34,9 +34,11 @@ const TICK_OFFSET: u64 = 1_000_000_000;
 const POLL_BATCH: usize = 16;
 /// How long a waiting loop spins before it sleeps (the engine threads need the CPU).
 const SPIN: Duration = Duration::from_micros(20);
-/// How long nothing may happen before a run gives up (perftest's send server watchdog is
-/// 60 s; softroce applies it to every wait).
-const STALL: Duration = Duration::from_secs(60);
+/// How often a waiting loop looks at the side channel for a peer that closed or spoke.
+const PEEK_EVERY: Duration = Duration::from_millis(50);
+/// How long a receiver waits for more messages once its peer has finished sending (it wrote
+/// its next side-channel message): what is still on its way arrives well within this.
+const AFTER_PEER_DONE: Duration = Duration::from_millis(1000);
 /// `ATOMIC_ADD_VALUE`.
 const ATOMIC_ADD: u64 = 1;
 
@@ -203,19 +205,32 @@ fn phase(c: &Option<Clock>) -> Phase {
 }
 
 /// Waiting without starving the engine threads: spin briefly, then sleep on the CQ (or yield,
-/// for memory polling); with `-e`, always sleep on the CQ. Gives up after [`STALL`].
+/// for memory polling); with `-e`, always sleep on the CQ. Gives up after `--peer-timeout`
+/// without progress, or at once when the peer closes the side channel.
 struct Idle {
     events: bool,
     since: Option<Instant>,
     last_progress: Instant,
+    /// `--peer-timeout` (`None`: wait forever).
+    stall: Option<Duration>,
+    /// The side channel, looked at (never read) every [`PEEK_EVERY`].
+    link: Option<std::net::TcpStream>,
+    last_peek: Instant,
+    peer: PeerState,
 }
 
-/// Nothing happened for [`STALL`].
-struct Stalled;
+/// Why a wait ended.
+enum Stop {
+    /// Nothing happened for `--peer-timeout`.
+    Stalled(Duration),
+    /// The peer closed the side channel.
+    PeerClosed,
+}
 
 impl Idle {
-    fn new(events: bool) -> Idle {
-        Idle { events, since: None, last_progress: Instant::now() }
+    fn new(events: bool, stall: Option<Duration>, link: Option<std::net::TcpStream>) -> Idle {
+        let now = Instant::now();
+        Idle { events, since: None, last_progress: now, stall, link, last_peek: now, peer: PeerState::Quiet }
     }
 
     fn progress(&mut self) {
@@ -223,16 +238,39 @@ impl Idle {
         self.last_progress = Instant::now();
     }
 
-    fn check(&mut self) -> Result<Instant, Stalled> {
+    /// What the peer did on the side channel, looked at every [`PEEK_EVERY`].
+    fn peer(&mut self) -> PeerState {
+        if self.peer == PeerState::Quiet
+            && self.last_peek.elapsed() >= PEEK_EVERY
+            && let Some(link) = &self.link
+        {
+            self.last_peek = Instant::now();
+            self.peer = peek_peer(link);
+        }
+        self.peer
+    }
+
+    /// True once the peer has finished its part of the run (it wrote its next message) and
+    /// nothing has arrived for [`AFTER_PEER_DONE`]: the rest is not coming.
+    fn peer_done(&mut self) -> bool {
+        self.peer() == PeerState::Spoke && self.last_progress.elapsed() >= AFTER_PEER_DONE
+    }
+
+    fn check(&mut self) -> Result<Instant, Stop> {
         let now = Instant::now();
-        if now.duration_since(self.last_progress) > STALL {
-            return Err(Stalled);
+        if let Some(stall) = self.stall
+            && now.duration_since(self.last_progress) > stall
+        {
+            return Err(Stop::Stalled(stall));
+        }
+        if self.peer() == PeerState::Closed {
+            return Err(Stop::PeerClosed);
         }
         Ok(*self.since.get_or_insert(now))
     }
 
     fn wait_cq(&mut self, cq: &CompletionQueue) -> Result<(), CliError> {
-        let since = self.check().map_err(|_| stalled("a completion"))?;
+        let since = self.check().map_err(|s| stalled(s, "a completion"))?;
         if self.events {
             cq.wait(Duration::from_millis(10))?;
         } else if since.elapsed() < SPIN {
@@ -244,7 +282,7 @@ impl Idle {
     }
 
     fn wait_mem(&mut self) -> Result<(), CliError> {
-        let since = self.check().map_err(|_| stalled("the peer's RDMA WRITE"))?;
+        let since = self.check().map_err(|s| stalled(s, "the peer's RDMA WRITE"))?;
         let e = since.elapsed();
         if e < SPIN {
             std::hint::spin_loop();
@@ -257,12 +295,19 @@ impl Idle {
     }
 }
 
-fn stalled(what: &str) -> CliError {
-    CliError::failed(format!(
-        "no progress for {} s while waiting for {what}: the peer stopped or is unreachable \
-         (check its output, and that both sides run the same test with the same -s/-n/-q/-a)",
-        STALL.as_secs()
-    ))
+fn stalled(stop: Stop, what: &str) -> CliError {
+    match stop {
+        Stop::Stalled(stall) => CliError::network(format!(
+            "no progress for {} s while waiting for {what}: the peer stopped or is unreachable \
+             (check its output, and that both sides run the same test with the same -s/-n/-q/-a; \
+             --peer-timeout sets the limit)",
+            stall.as_secs()
+        )),
+        Stop::PeerClosed => CliError::network(format!(
+            "the peer closed the side channel while this side waited for {what}: it exited or was \
+             stopped (see its output)"
+        )),
+    }
 }
 
 /// The one-line report of an error completion, with what usually causes it.
@@ -320,11 +365,17 @@ pub struct Runner<'a> {
     cpu_start: Option<(Duration, Instant)>,
     /// This side's CPU time and wall time over the measurement window (see [`Runner::finish`]).
     pub cpu: Option<(Duration, Duration)>,
+    /// The side channel, only looked at during the run (see [`Idle`]).
+    link: Option<std::net::TcpStream>,
+    /// Messages received and expected, when a receiver ended short because its peer had
+    /// finished sending.
+    short: Option<(u64, u64)>,
 }
 
 impl<'a> Runner<'a> {
     /// A runner for `p` on `dev`, sending from GID `gid_index`, accepting `out_reads`
-    /// outstanding READs/atomics as responder and sending up to `inline_size` bytes inline.
+    /// outstanding READs/atomics as responder and sending up to `inline_size` bytes inline;
+    /// `link` is (a clone of) the side channel, looked at while waiting.
     pub fn new(
         p: &'a Params,
         dev: Device,
@@ -332,6 +383,7 @@ impl<'a> Runner<'a> {
         gid_index: u8,
         out_reads: u32,
         inline_size: u32,
+        link: Option<std::net::TcpStream>,
     ) -> Self {
         Runner {
             p,
@@ -351,7 +403,27 @@ impl<'a> Runner<'a> {
             rows: Vec::new(),
             cpu_start: None,
             cpu: None,
+            link,
+            short: None,
         }
+    }
+
+    /// The error a run that ended short returns after its report: messages lost (UC), or a
+    /// peer that sent fewer than this side expects.
+    pub fn lost(&self) -> Option<CliError> {
+        let (got, want) = self.short?;
+        let why = if self.p.connection == ConnectionType::Uc {
+            "UC does not retransmit: a message with a lost packet is lost, and the report above counts \
+             the received ones"
+        } else {
+            "the peer finished first: do both sides use the same -n and -q?"
+        };
+        Some(CliError::failed(format!("received {got} of {want} messages, {} missing ({why})", want - got)))
+    }
+
+    /// A waiting helper with `--peer-timeout` and a look at the side channel.
+    fn idle(&self) -> Idle {
+        Idle::new(self.p.events, self.p.wait.idle(), self.link.as_ref().and_then(|l| l.try_clone().ok()))
     }
 
     /// The device.
@@ -442,7 +514,7 @@ impl<'a> Runner<'a> {
         let (mut scnt, mut ccnt) = (vec![0u64; n], vec![0u64; n]);
         let (mut totscnt, mut totccnt, mut counted) = (0u64, 0u64, 0u64);
         let clock = p.duration.map(Clock::new);
-        let mut idle = Idle::new(p.events);
+        let mut idle = self.idle();
         let mut progress = Progress::new("msgs");
         let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); POLL_BATCH];
         if !dur && no_peak {
@@ -517,7 +589,7 @@ impl<'a> Runner<'a> {
         let mut clock: Option<Clock> = None;
         let (mut rcnt, mut counted) = (0u64, 0u64);
         let mut first = true;
-        let mut idle = Idle::new(p.events);
+        let mut idle = self.idle();
         let mut progress = Progress::new("msgs");
         let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Recv, 0); POLL_BATCH];
         while rcnt < tot || (dur.is_some() && phase(&clock) != Phase::End) {
@@ -531,6 +603,9 @@ impl<'a> Runner<'a> {
                     Some(d) => clock = Some(Clock::new(d)),
                     None => t0 = self.now(),
                 }
+            }
+            if ne > 0 {
+                t1 = self.now();
             }
             for wc in &wcs[..ne] {
                 if wc.status != WcStatus::Success {
@@ -547,10 +622,16 @@ impl<'a> Runner<'a> {
             }
             if ne > 0 {
                 idle.progress();
+            } else if dur.is_none() && idle.peer_done() {
+                // The client has sent everything and the rest is not coming (UC loss, or a
+                // smaller -n there): report what arrived instead of waiting forever.
+                self.short = Some((rcnt, tot));
+                break;
             } else {
                 let r = self.res()?;
-                idle.wait_cq(r.recv_cq()).map_err(|e| {
-                    CliError::failed(format!("{} (received {rcnt} of {tot} messages)", e.msg))
+                idle.wait_cq(r.recv_cq()).map_err(|e| CliError {
+                    msg: format!("{} (received {rcnt} of {tot} messages)", e.msg),
+                    ..e
                 })?;
             }
             progress.tick(rcnt, tot, rcnt * size);
@@ -559,10 +640,10 @@ impl<'a> Runner<'a> {
         if let Some(c) = clock {
             t0 = self.ticks(c.start + c.margin);
             t1 = self.ticks(c.start + c.total - c.margin);
-        } else if dur.is_none() {
+        } else if dur.is_none() && self.short.is_none() {
             t1 = self.now();
         }
-        self.bw_report(size, if dur.is_some() { counted } else { tot }, &[t0], &[t1])
+        self.bw_report(size, if dur.is_some() { counted } else { rcnt }, &[t0], &[t1])
     }
 
     /// perftest's `run_iter_bi` (duplex send_bw): send and receive at once; the server starts
@@ -582,7 +663,7 @@ impl<'a> Runner<'a> {
         let (mut totscnt, mut totccnt, mut totrcnt, mut counted) = (0u64, 0u64, 0u64, 0u64);
         let mut before_first_rx = !self.is_client();
         let mut clock = if self.is_client() { dur.map(Clock::new) } else { None };
-        let mut idle = Idle::new(p.events);
+        let mut idle = self.idle();
         let mut progress = Progress::new("msgs");
         let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 64];
         if no_peak {
@@ -645,9 +726,13 @@ impl<'a> Runner<'a> {
             busy |= ne > 0;
             if busy {
                 idle.progress();
+            } else if dur.is_none() && totccnt >= tot && totrcnt < tot && idle.peer_done() {
+                // Both sides have sent everything and the rest is not coming (UC loss).
+                self.short = Some((totrcnt, tot));
+                break;
             } else {
                 let r = self.res()?;
-                idle.check().map_err(|_| stalled("a completion"))?;
+                idle.check().map_err(|s| stalled(s, "a completion"))?;
                 if idle.events || idle.since.is_some_and(|s| s.elapsed() >= SPIN) {
                     r.recv_cq().wait(Duration::from_micros(200))?;
                 }
@@ -700,7 +785,7 @@ impl<'a> Runner<'a> {
         let clock = p.duration.map(Clock::new);
         let mut tposted = vec![0u64; iters as usize];
         let (mut scnt, mut ccnt, mut rcnt, mut counted) = (0u64, 0u64, 0u64, 0u64);
-        let mut idle = Idle::new(p.events);
+        let mut idle = self.idle();
         let mut progress = Progress::new("iters");
         while scnt < iters || ccnt < iters || rcnt < iters || (dur && phase(&clock) != Phase::End) {
             if (rcnt < iters || dur) && !(scnt < 1 && server) {
@@ -751,7 +836,7 @@ impl<'a> Runner<'a> {
         let clock = p.duration.map(Clock::new);
         let mut tposted = vec![0u64; iters as usize];
         let (mut scnt, mut counted) = (0u64, 0u64);
-        let mut idle = Idle::new(p.events);
+        let mut idle = self.idle();
         let mut progress = Progress::new("iters");
         while scnt < iters || (dur && phase(&clock) != Phase::End) {
             if !dur {
@@ -787,7 +872,7 @@ impl<'a> Runner<'a> {
         let mut clock: Option<Clock> = None;
         let mut tposted = vec![0u64; iters as usize];
         let (mut scnt, mut rcnt, mut counted) = (0u64, 0u64, 0u64);
-        let mut idle = Idle::new(p.events);
+        let mut idle = self.idle();
         let mut progress = Progress::new("iters");
         let running = |scnt: u64, rcnt: u64, clock: &Option<Clock>| {
             scnt < iters || rcnt < iters || (dur.is_some() && phase(clock) != Phase::End)
