@@ -194,6 +194,8 @@ pub(crate) struct RxCounters {
     pub icrc_unexpected_id: AtomicU64,
     pub send_err: AtomicU64,
     pub ecn_ce: AtomicU64,
+    /// Packets the kernel dropped because the receive socket was full.
+    pub socket_drops: AtomicU64,
     // Raw backend: frames dropped before the engine sees them, and sends without a MAC.
     pub frame_truncated: AtomicU64,
     pub vlan_tagged: AtomicU64,
@@ -538,9 +540,9 @@ impl Device {
                 Box::new(b)
             }
             BackendKind::Udp => {
-                Box::new(super::backend::udp::UdpBackend::new(ip, cfg.port, cfg.gso).map_err(|source| {
-                    Error::Bind { addr: std::net::SocketAddr::new(ip, cfg.port), source }
-                })?)
+                Box::new(super::backend::udp::UdpBackend::new(ip, cfg.port, cfg.gso, rx.clone()).map_err(
+                    |source| Error::Bind { addr: std::net::SocketAddr::new(ip, cfg.port), source },
+                )?)
             }
             BackendKind::Memory(net) => {
                 Box::new(super::backend::memory::MemoryBackend::new(net, ip, cfg.port))
@@ -743,6 +745,10 @@ pub struct DeviceCounters {
     /// Packets received with ECN Congestion Experienced (mlx5 calls it
     /// `np_ecn_marked_roce_packets`).
     pub rcvd_ecn_ce: u64,
+    /// Packets the kernel dropped because the device's receive socket was full: the engine
+    /// fell behind its peers (UDP backend: the socket's `drops` in `/proc/net/udp`; raw
+    /// backend: the packet socket's `tp_drops`). On a lossless path this stays 0.
+    pub rcvd_socket_drops: u64,
     /// Raw backend: frames shorter than their headers say, or longer than a receive slot.
     pub rcvd_frame_truncated: u64,
     /// Raw backend: VLAN-tagged frames (softroce serves the untagged interface).
@@ -770,6 +776,7 @@ impl DeviceCounters {
             ("icrc_unexpected_id", self.icrc_unexpected_id),
             ("send_err", self.send_err),
             ("rcvd_ecn_ce", self.rcvd_ecn_ce),
+            ("rcvd_socket_drops", self.rcvd_socket_drops),
             ("rcvd_frame_truncated", self.rcvd_frame_truncated),
             ("rcvd_vlan_tagged", self.rcvd_vlan_tagged),
             ("rcvd_ip_hdr_err", self.rcvd_ip_hdr_err),

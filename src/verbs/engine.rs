@@ -177,6 +177,7 @@ impl Engine {
             self.publish();
             self.stats.dirty |= work;
             if self.stats.dirty && self.stats.due() {
+                self.backend.refresh_counters();
                 let c = self.st.counters();
                 self.stats.write(&c, false);
             }
@@ -233,6 +234,7 @@ impl Engine {
                     // Send what is queued (ACKs above all) before going away.
                     let now = self.now();
                     self.transmit(now);
+                    self.backend.refresh_counters();
                     let c = self.st.counters();
                     self.stats.write(&c, true);
                     return None;
@@ -290,7 +292,8 @@ impl Engine {
                     let _ = reply.send(());
                 }
                 Command::Counters(reply) => {
-                    let _ = reply.send(st.counters());
+                    self.backend.refresh_counters();
+                    let _ = reply.send(self.st.counters());
                 }
                 Command::CreateSrq { shared, max_wr, max_sge, limit, reply } => {
                     let r = Srq::new(shared.srqn, shared.pd, max_wr, max_sge, limit).map(|srq| {
@@ -615,6 +618,7 @@ impl State {
             icrc_unexpected_id: rx.icrc_unexpected_id.load(Ordering::Relaxed),
             send_err: rx.send_err.load(Ordering::Relaxed),
             rcvd_ecn_ce: rx.ecn_ce.load(Ordering::Relaxed),
+            rcvd_socket_drops: rx.socket_drops.load(Ordering::Relaxed),
             rcvd_frame_truncated: rx.frame_truncated.load(Ordering::Relaxed),
             rcvd_vlan_tagged: rx.vlan_tagged.load(Ordering::Relaxed),
             rcvd_ip_hdr_err: rx.ip_hdr_err.load(Ordering::Relaxed),
