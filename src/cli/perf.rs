@@ -14,7 +14,7 @@ mod runner;
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 
-use softroce::verbs::{Device, Gid, Mtu};
+use softroce::verbs::{Device, Gid, GidIndex, Mtu};
 
 use crate::cli::common::WaitArgs;
 use crate::cli::common::{CliError, exit, linger, open_device, report};
@@ -147,11 +147,11 @@ fn run_test(args: &PerfArgs) -> Result<(), CliError> {
 
 /// `-x`, or the device's own address (what perftest's automatic choice gives on rxe). The
 /// GID must be the device's address: softroce sends from it.
-fn choose_gid_index(dev: &Device, wanted: Option<u8>) -> Result<u8, CliError> {
+fn choose_gid_index(dev: &Device, wanted: Option<u8>) -> Result<GidIndex, CliError> {
     let own = dev.default_gid_index();
     let Some(x) = wanted else { return Ok(own) };
     let len = dev.gid_table().len();
-    let gid = dev.gid(x).map_err(|_| {
+    let gid = dev.gid(GidIndex::new(x)).map_err(|_| {
         CliError::setup(format!(
             "-x {x}: GID index out of range: the device on {} has GID indexes 0..={} (index {own} is its address)",
             dev.ip(),
@@ -164,7 +164,7 @@ fn choose_gid_index(dev: &Device, wanted: Option<u8>) -> Result<u8, CliError> {
             dev.ip()
         )));
     }
-    Ok(x)
+    Ok(GidIndex::new(x))
 }
 
 /// perftest's `set_mtu()`: the port's active MTU, or `-m` clamped to it (as an enum 1..=5).
@@ -298,7 +298,7 @@ fn json_report(
     p: &Params,
     runner: &Runner<'_>,
     outcome: &SessionOutcome,
-    gid_index: u8,
+    gid_index: GidIndex,
     out_reads: u32,
     inline_size: u32,
 ) -> Json {
@@ -326,7 +326,7 @@ fn json_report(
         "rx_depth": p.rx_depth,
         "cq_mod": p.cq_mod,
         "mtu": perftest::mtu_bytes(n.mtu),
-        "gid_index": gid_index,
+        "gid_index": gid_index.value(),
         "inline_size": inline_size,
         "out_reads": out_reads,
         "atomic_type": atomic.then(|| p.atomic_type.name()),

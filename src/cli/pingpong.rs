@@ -29,7 +29,7 @@ const SPIN: Duration = Duration::from_micros(50);
 /// The page size the `-c` check uses.
 const PAGE: usize = 4096;
 /// The Q_Key of `ibv_ud_pingpong`.
-const UD_QKEY: u32 = 0x1111_1111;
+const UD_QKEY: Qkey = Qkey::new(0x1111_1111);
 /// The GRH area at the start of a UD receive buffer.
 const GRH: usize = GRH_LEN;
 
@@ -302,7 +302,7 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind, num_qp: u32) -> std::result::R
             dev.query_port().active_mtu.bytes()
         )));
     }
-    let gid_index = a.gid_idx.unwrap_or_else(|| dev.default_gid_index());
+    let gid_index = a.gid_idx.map_or_else(|| dev.default_gid_index(), GidIndex::new);
     let gid = dev.gid(gid_index).map_err(|_| {
         CliError::setup(format!(
             "GID index {gid_index} is out of range: this device's GID table has {} entries (0..={}; see softroce devinfo)",
@@ -358,7 +358,7 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind, num_qp: u32) -> std::result::R
     let mut text = GidTextBuffer::new();
     let me: Vec<PingpongDest> = qps
         .iter()
-        .map(|qp| PingpongDest { lid: 0, qpn: qp.qp_num(), psn: random_psn(), gid: gid.0 })
+        .map(|qp| PingpongDest { lid: 0, qpn: qp.qp_num().value(), psn: random_psn(), gid: gid.0 })
         .collect();
     for d in &me {
         say(&format_local_line(kind, d, text.render(&d.gid)));
@@ -432,7 +432,7 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind, num_qp: u32) -> std::result::R
         let mut wr = SendWr::new(SEND_WRID, SendOp::Send, &[mr.sge(off, size32)]);
         wr.signaled = true;
         if let Some(ah) = &ah {
-            wr.ud = Some(ah.dest(peers[0].qpn, UD_QKEY));
+            wr.ud = Some(ah.dest(Qpn::new(peers[0].qpn), UD_QKEY));
         }
         qps[i].post_send(wr).map_err(|e| CliError::failed(format!("Couldn't post send ({e})")))
     };
@@ -452,8 +452,7 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind, num_qp: u32) -> std::result::R
         }
     }
     let start = Instant::now();
-    let mut wcs =
-        vec![WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); nqp + a.rx_depth as usize];
+    let mut wcs = vec![WorkCompletion::default(); nqp + a.rx_depth as usize];
     let idle_limit = a.wait.idle();
     let mut last_progress = Instant::now();
     let mut progress = Progress::new("iters");
@@ -605,7 +604,7 @@ fn connect_all(
     qps: &[QueuePair],
     kind: PingpongKind,
     peers: &[PingpongDest],
-    gid_index: u8,
+    gid_index: GidIndex,
     a: &PingpongArgs,
     me: &[PingpongDest],
 ) -> std::result::Result<Option<AddressHandle>, CliError> {
@@ -624,7 +623,7 @@ fn connect_all(
             PingpongKind::Ud => {
                 qp.modify(&QpAttrs::rtr_ud())
                     .map_err(|e| CliError::setup(format!("Failed to modify QP to RTR: {e}")))?;
-                qp.modify(&QpAttrs::rts_unreliable(me[i].psn))
+                qp.modify(&QpAttrs::rts_unreliable(Psn::new(me[i].psn)))
                     .map_err(|e| CliError::setup(format!("Failed to modify QP to RTS: {e}")))?;
                 let mut av = AddressVector::new(Gid(peer.gid), gid_index);
                 av.hop_limit = 1;
@@ -650,7 +649,7 @@ fn connect(
     qp: &QueuePair,
     kind: PingpongKind,
     peer: &PingpongDest,
-    gid_index: u8,
+    gid_index: GidIndex,
     mtu: Mtu,
     sl: u8,
     psn: u32,
@@ -665,9 +664,9 @@ fn connect(
     av.sl = sl;
     let uc = kind == PingpongKind::Uc;
     let rtr = if uc {
-        QpAttrs::rtr_uc(av, mtu, peer.qpn, peer.psn)
+        QpAttrs::rtr_uc(av, mtu, Qpn::new(peer.qpn), Psn::new(peer.psn))
     } else {
-        let mut rtr = QpAttrs::rtr(av, mtu, peer.qpn, peer.psn);
+        let mut rtr = QpAttrs::rtr(av, mtu, Qpn::new(peer.qpn), Psn::new(peer.psn));
         rtr.max_dest_rd_atomic = Some(1);
         rtr.min_rnr_timer = Some(12);
         rtr
@@ -681,9 +680,9 @@ fn connect(
         e => CliError::setup(format!("Failed to modify QP to RTR: {e}")),
     })?;
     let rts = if uc {
-        QpAttrs::rts_unreliable(psn)
+        QpAttrs::rts_unreliable(Psn::new(psn))
     } else {
-        let mut rts = QpAttrs::rts(psn);
+        let mut rts = QpAttrs::rts(Psn::new(psn));
         rts.max_rd_atomic = Some(1);
         rts
     };

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 pub mod completer;
 mod counters;
+pub mod ids;
 pub mod memory;
 mod qp;
 pub mod requester;
@@ -32,6 +33,7 @@ mod unreliable;
 pub mod wr;
 
 pub use counters::Counters;
+pub use ids::{Lkey, Qkey, Qpn, Rkey};
 pub use memory::{Access, AtomicOp, MemError, Memory, VecMemory, VecRegion};
 pub use qp::{
     GRH_LEN, MAX_MSG_SIZE, MAX_RD_ATOMIC, ModifyError, Mtu, PostError, Qp, QpAttr, QpAttrUpdate, QpCaps,

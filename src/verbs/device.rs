@@ -13,7 +13,7 @@ use parking_lot::{Mutex, RwLock};
 use super::backend::memory::MemoryNetwork;
 use super::engine::{Command, Engine};
 use super::error::{Error, Result};
-use super::gid::{Gid, GidType, active_mtu_for_netdev};
+use super::gid::{Gid, GidIndex, GidType, active_mtu_for_netdev};
 use super::mr::MrTable;
 use crate::transport::{Counters, Mtu};
 
@@ -212,7 +212,7 @@ pub enum AsyncEvent {
     /// A QP event.
     Qp {
         /// The QP number.
-        qpn: u32,
+        qpn: crate::transport::Qpn,
         /// What happened.
         event: crate::transport::QpEvent,
     },
@@ -609,11 +609,11 @@ impl Device {
     pub fn query_port(&self) -> &PortAttr {
         &self.shared.port
     }
-    /// `ibv_query_gid`.
-    pub fn gid(&self, index: u8) -> Result<Gid> {
+    /// `ibv_query_gid`: the GID at `index`.
+    pub fn gid(&self, index: GidIndex) -> Result<Gid> {
         self.shared
             .gids
-            .get(index as usize)
+            .get(usize::from(index.value()))
             .copied()
             .ok_or(Error::GidIndex { index, len: self.shared.gids.len() })
     }
@@ -621,10 +621,29 @@ impl Device {
     pub fn gid_table(&self) -> Vec<(Gid, GidType)> {
         self.shared.gids.iter().map(|g| (*g, GidType::RoceV2)).collect()
     }
-    /// The index of the GID of the device's IP address (what tools should default to).
-    pub fn default_gid_index(&self) -> u8 {
-        let g = Gid::from_ip(self.shared.ip);
-        self.shared.gids.iter().position(|x| *x == g).unwrap_or(0) as u8
+    /// The index of the GID of the device's own IP address ([`Device::ip`]): the source GID
+    /// to use unless there is a reason to pick another (what the tools default to).
+    pub fn default_gid_index(&self) -> GidIndex {
+        self.gid_index_for(self.shared.ip).unwrap_or(GidIndex::LINK_LOCAL)
+    }
+    /// The index of the GID of local address `ip`, if the device serves it.
+    ///
+    /// ```no_run
+    /// # use softroce::prelude::*;
+    /// let dev = Device::open(DeviceConfig::new("127.0.0.1"))?;
+    /// let index = dev.gid_index_for("127.0.0.1".parse()?).expect("the device's own address");
+    /// assert_eq!(index, dev.default_gid_index());
+    /// assert_eq!(dev.gid(index)?, Gid::from_ip(dev.ip()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn gid_index_for(&self, ip: IpAddr) -> Option<GidIndex> {
+        let g = Gid::from_ip(ip);
+        let i = self.shared.gids.iter().position(|x| *x == g)?;
+        u8::try_from(i).ok().map(GidIndex::new)
+    }
+    /// The GID of the device's own IP address: what a peer sends to.
+    pub fn own_gid(&self) -> Gid {
+        Gid::from_ip(self.shared.ip)
     }
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<super::ProtectionDomain> {

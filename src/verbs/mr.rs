@@ -32,7 +32,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 
-use crate::transport::{Access, AtomicOp, MemError, Memory};
+use crate::transport::{Access, AtomicOp, Lkey, MemError, Memory, RemoteAddr, Rkey};
 
 /// The bytes of a region as atomic words plus, for borrowed memory whose length is not a
 /// multiple of eight, a tail of atomic bytes that no word overlaps.
@@ -473,13 +473,14 @@ impl MemoryRegion {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Local key, for scatter/gather entries.
-    pub fn lkey(&self) -> u32 {
-        self.inner.lkey
+    /// Local key, for scatter/gather entries (see [`MemoryRegion::sge`]).
+    pub fn lkey(&self) -> Lkey {
+        Lkey::new(self.inner.lkey)
     }
-    /// Remote key, for peers (0 when the region grants no remote access).
-    pub fn rkey(&self) -> u32 {
-        self.inner.rkey
+    /// Remote key, for peers (0 when the region grants no remote access; see
+    /// [`MemoryRegion::remote`]).
+    pub fn rkey(&self) -> Rkey {
+        Rkey::new(self.inner.rkey)
     }
     /// Access rights.
     pub fn access(&self) -> Access {
@@ -487,7 +488,12 @@ impl MemoryRegion {
     }
     /// A scatter/gather entry for `len` bytes at `offset`.
     pub fn sge(&self, offset: usize, len: u32) -> crate::transport::Sge {
-        crate::transport::Sge { addr: self.inner.addr + offset as u64, length: len, lkey: self.inner.lkey }
+        crate::transport::Sge { addr: self.inner.addr + offset as u64, length: len, lkey: self.lkey() }
+    }
+    /// What a peer names to reach the byte at `offset` with RDMA READ, WRITE or an atomic: the
+    /// address and the rkey (send it to the peer out of band).
+    pub fn remote(&self, offset: usize) -> RemoteAddr {
+        RemoteAddr { addr: self.inner.addr + offset as u64, rkey: self.rkey() }
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<(), OutOfRegion> {

@@ -9,9 +9,9 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use softroce::verbs::{
-    Access, CompletionQueue, Device, Error as VerbsError, MemoryRegion, Mtu, Payload, ProtectionDomain,
-    QpAttrs, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcStatus,
-    WorkCompletion,
+    Access, CompletionQueue, Device, Error as VerbsError, GidIndex, MemoryRegion, Mtu, Payload,
+    ProtectionDomain, Psn, QpAttrs, QpCaps, QpInitAttr, QpType, Qpn, QueuePair, RecvWr, RemoteAddr, Rkey,
+    SendOp, SendWr, WcStatus, WorkCompletion,
 };
 
 use crate::cli::common::{CliError, Progress, cpu_time, random_psn};
@@ -348,7 +348,7 @@ pub struct Runner<'a> {
     p: &'a Params,
     dev: Device,
     out: Out,
-    gid_index: u8,
+    gid_index: GidIndex,
     out_reads: u32,
     inline_size: u32,
     epoch: Instant,
@@ -380,7 +380,7 @@ impl<'a> Runner<'a> {
         p: &'a Params,
         dev: Device,
         out: Out,
-        gid_index: u8,
+        gid_index: GidIndex,
         out_reads: u32,
         inline_size: u32,
         link: Option<std::net::TcpStream>,
@@ -462,7 +462,7 @@ impl<'a> Runner<'a> {
     fn post(&self, qi: usize, local: u64, remote: u64, len: u64, signaled: bool) -> Result<(), CliError> {
         let r = self.res()?;
         let peer = self.remote.get(qi).copied().unwrap_or_default();
-        let target = RemoteAddr { addr: peer.vaddr.wrapping_add(remote), rkey: peer.rkey };
+        let target = RemoteAddr { addr: peer.vaddr.wrapping_add(remote), rkey: Rkey::new(peer.rkey) };
         let op = match self.p.verb() {
             Verb::Write => SendOp::RdmaWrite(target),
             Verb::Read => SendOp::RdmaRead(target),
@@ -516,7 +516,7 @@ impl<'a> Runner<'a> {
         let clock = p.duration.map(Clock::new);
         let mut idle = self.idle();
         let mut progress = Progress::new("msgs");
-        let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); POLL_BATCH];
+        let mut wcs = [WorkCompletion::default(); POLL_BATCH];
         if !dur && no_peak {
             tposted[0] = self.now();
         }
@@ -591,7 +591,7 @@ impl<'a> Runner<'a> {
         let mut first = true;
         let mut idle = self.idle();
         let mut progress = Progress::new("msgs");
-        let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Recv, 0); POLL_BATCH];
+        let mut wcs = [WorkCompletion::default(); POLL_BATCH];
         while rcnt < tot || (dur.is_some() && phase(&clock) != Phase::End) {
             if dur.is_some() && phase(&clock) == Phase::End {
                 break;
@@ -665,7 +665,7 @@ impl<'a> Runner<'a> {
         let mut clock = if self.is_client() { dur.map(Clock::new) } else { None };
         let mut idle = self.idle();
         let mut progress = Progress::new("msgs");
-        let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 64];
+        let mut wcs = [WorkCompletion::default(); 64];
         if no_peak {
             tposted[0] = self.now();
         }
@@ -1043,9 +1043,9 @@ impl<'a> Runner<'a> {
             dests.push(PerftestDest {
                 lid: self.dev.query_port().lid,
                 out_reads: self.out_reads as u16,
-                qpn: qp.qp_num(),
+                qpn: qp.qp_num().value(),
                 psn: random_psn(),
-                rkey: mr.rkey(),
+                rkey: mr.rkey().value(),
                 vaddr: mr.addr() + self.layout.target(i),
                 gid: gid.0,
                 srqn: 0,
@@ -1083,7 +1083,7 @@ impl<'a> Runner<'a> {
             cq_mod: p.cq_mod,
             mtu_bytes: mtu_bytes(n.mtu),
             link_type: self.dev.query_port().link_layer.to_string(),
-            gid_index: i32::from(self.gid_index),
+            gid_index: i32::from(self.gid_index.value()),
             inline_size: self.inline_size,
             out_reads: self.out_reads,
             rdma_cm: false,
@@ -1106,9 +1106,9 @@ impl<'a> Runner<'a> {
             };
             let uc = p.connection == ConnectionType::Uc;
             let rtr = if uc {
-                QpAttrs::rtr_uc(av, mtu, peer.qpn, peer.psn)
+                QpAttrs::rtr_uc(av, mtu, Qpn::new(peer.qpn), Psn::new(peer.psn))
             } else {
-                let mut rtr = QpAttrs::rtr(av, mtu, peer.qpn, peer.psn);
+                let mut rtr = QpAttrs::rtr(av, mtu, Qpn::new(peer.qpn), Psn::new(peer.psn));
                 rtr.max_dest_rd_atomic = Some(self.out_reads.min(255) as u8);
                 rtr.min_rnr_timer = Some(12);
                 rtr
@@ -1122,10 +1122,10 @@ impl<'a> Runner<'a> {
                 ))
             })?;
             if rts && uc {
-                qp.modify(&QpAttrs::rts_unreliable(self.p_psn(i)))
+                qp.modify(&QpAttrs::rts_unreliable(Psn::new(self.p_psn(i))))
                     .map_err(|e| CliError::failed(format!("Failed to modify QP to RTS: {e}")))?;
             } else if rts {
-                let mut a = QpAttrs::rts(self.p_psn(i));
+                let mut a = QpAttrs::rts(Psn::new(self.p_psn(i)));
                 a.timeout = Some(p.qp_timeout);
                 a.retry_cnt = Some(7);
                 a.rnr_retry = Some(7);
