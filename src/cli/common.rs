@@ -222,7 +222,7 @@ pub fn local_ip_towards(peer: IpAddr) -> Option<IpAddr> {
 
 /// The first up, non-loopback interface address (IPv4 preferred), else 127.0.0.1.
 pub fn default_local_ip() -> IpAddr {
-    let ifaces = pnet::datalink::interfaces();
+    let ifaces = pnet_datalink::interfaces();
     let pick = |v4: bool| {
         ifaces
             .iter()

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
-use crossbeam::channel::{Receiver, Sender};
-use crossbeam::queue::SegQueue;
+use crossbeam_channel::{Receiver, Sender};
+use crossbeam_queue::SegQueue;
 use parking_lot::{Mutex, RwLock};
 
 use super::backend::memory::MemoryNetwork;
@@ -271,7 +271,7 @@ impl DeviceShared {
 
     /// Sends a command to the engine and waits for the answer.
     pub(crate) fn call<T>(&self, make: impl FnOnce(Sender<T>) -> Command) -> Result<T> {
-        let (tx, rx) = crossbeam::channel::bounded(1);
+        let (tx, rx) = crossbeam_channel::bounded(1);
         self.cmd_tx.send(make(tx)).map_err(|_| Error::EngineGone)?;
         let _ = self.waker.wake();
         rx.recv().map_err(|_| Error::EngineGone)
@@ -319,7 +319,7 @@ struct Iface {
 }
 
 fn interfaces() -> Vec<Iface> {
-    pnet::datalink::interfaces()
+    pnet_datalink::interfaces()
         .into_iter()
         .map(|i| {
             let mtu = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", i.name))
@@ -550,7 +550,7 @@ impl Device {
         };
         let poll = mio::Poll::new()?;
         let waker = Arc::new(mio::Waker::new(poll.registry(), super::engine::WAKE)?);
-        let (cmd_tx, cmd_rx): (Sender<Command>, Receiver<Command>) = crossbeam::channel::unbounded();
+        let (cmd_tx, cmd_rx): (Sender<Command>, Receiver<Command>) = crossbeam_channel::unbounded();
         let shared = Arc::new(DeviceShared {
             name: info.name,
             ip,

@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
-use crossbeam::queue::SegQueue;
+use crossbeam_queue::SegQueue;
 
 use super::device::Device;
 use super::engine::Command;
