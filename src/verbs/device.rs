@@ -258,6 +258,8 @@ pub(crate) struct DeviceShared {
     pub retired_counters: Mutex<Counters>,
     /// Address handles by number.
     pub ahs: RwLock<std::collections::HashMap<u32, super::ah::AhEntry>>,
+    /// The receive socket's buffer, as granted.
+    pub recv_buffer: Option<usize>,
 }
 
 impl DeviceShared {
@@ -548,6 +550,7 @@ impl Device {
                 Box::new(super::backend::memory::MemoryBackend::new(net, ip, cfg.port))
             }
         };
+        let recv_buffer = backend.recv_buffer_size();
         let poll = mio::Poll::new()?;
         let waker = Arc::new(mio::Waker::new(poll.registry(), super::engine::WAKE)?);
         let (cmd_tx, cmd_rx): (Sender<Command>, Receiver<Command>) = crossbeam_channel::unbounded();
@@ -575,6 +578,7 @@ impl Device {
             pd_count: AtomicU32::new(0),
             retired_counters: Mutex::new(Counters::default()),
             ahs: RwLock::new(std::collections::HashMap::new()),
+            recv_buffer,
         });
         let engine = Engine::new(shared.clone(), backend, poll, cmd_rx, cfg.spin)?;
         let thread =
@@ -644,6 +648,12 @@ impl Device {
     /// The GID of the device's own IP address: what a peer sends to.
     pub fn own_gid(&self) -> Gid {
         Gid::from_ip(self.shared.ip)
+    }
+    /// The bytes the kernel holds for this device's receive socket before it drops packets
+    /// (`rcvd_socket_drops`), where the backend has one: softroce asks for 32 MiB, an
+    /// unprivileged process gets at most twice `net.core.rmem_max`.
+    pub fn socket_receive_buffer(&self) -> Option<usize> {
+        self.shared.recv_buffer
     }
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<super::ProtectionDomain> {

@@ -412,11 +412,29 @@ impl<'a> Runner<'a> {
     /// peer that sent fewer than this side expects.
     pub fn lost(&self) -> Option<CliError> {
         let (got, want) = self.short?;
+        let drops = self.dev.counters().map_or(0, |c| c.rcvd_socket_drops);
         let why = if self.p.connection == ConnectionType::Uc {
-            "UC does not retransmit: a message with a lost packet is lost, and the report above counts \
-             the received ones"
+            let mut why =
+                "UC does not retransmit: a message with a lost packet is lost, and the report above \
+                           counts the received ones"
+                    .to_string();
+            if drops > 0 {
+                why += &format!(
+                    "; this side's receive socket dropped {drops} packets (rcvd_socket_drops): the sender \
+                     outran it{}",
+                    match self.dev.socket_receive_buffer() {
+                        Some(b) => format!(
+                            " and its {} KiB buffer (an unprivileged process gets at most twice \
+                             net.core.rmem_max; as root, or after sysctl -w net.core.rmem_max=33554432, it gets the 32 MiB softroce asks for)",
+                            b / 1024
+                        ),
+                        None => String::new(),
+                    }
+                );
+            }
+            why
         } else {
-            "the peer finished first: do both sides use the same -n and -q?"
+            "the peer finished first: do both sides use the same -n and -q?".to_string()
         };
         Some(CliError::failed(format!("received {got} of {want} messages, {} missing ({why})", want - got)))
     }

@@ -53,6 +53,8 @@ pub(crate) struct UdpBackend {
     rx: Arc<RxCounters>,
     /// The receive socket's inode, to find its line in `/proc/net/udp`.
     inode: Option<u64>,
+    /// The receive buffer the kernel granted.
+    rcvbuf: Option<usize>,
 }
 
 fn bind(addr: SocketAddr) -> io::Result<socket2::Socket> {
@@ -71,6 +73,7 @@ impl UdpBackend {
         let s = bind(SocketAddr::new(ip, port))?;
         s.set_nonblocking(true)?;
         set_recv_buffer(&s, RCVBUF);
+        let rcvbuf = s.recv_buffer_size().ok();
         let inode = socket_inode(&s);
         let std_sock: UdpSocket = s.into();
         let state = UdpSocketState::new((&std_sock).into())?;
@@ -86,6 +89,7 @@ impl UdpBackend {
             metas: vec![RecvMeta::default(); BATCH],
             rx,
             inode,
+            rcvbuf,
         })
     }
 
@@ -164,6 +168,10 @@ impl Backend for UdpBackend {
 
     fn gso_numbers_ip_id(&self) -> bool {
         true
+    }
+
+    fn recv_buffer_size(&self) -> Option<usize> {
+        self.rcvbuf
     }
 
     fn refresh_counters(&mut self) {
