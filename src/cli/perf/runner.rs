@@ -38,7 +38,7 @@ const SPIN: Duration = Duration::from_micros(20);
 const PEEK_EVERY: Duration = Duration::from_millis(50);
 /// How long a receiver waits for more messages once its peer has finished sending (it wrote
 /// its next side-channel message): what is still on its way arrives well within this.
-const AFTER_PEER_DONE: Duration = Duration::from_millis(1000);
+const AFTER_PEER_DONE: Duration = Duration::from_millis(2000);
 /// `ATOMIC_ADD_VALUE`.
 const ATOMIC_ADD: u64 = 1;
 
