@@ -623,7 +623,8 @@ fn server(args: &Args) -> i32 {
         .or_else(|_| TcpListener::bind(("0.0.0.0", args.port)))
         .unwrap_or_else(|e| die(format!("cannot listen on tcp port {}: {e}", args.port)));
     println!("info: listening on tcp port {}", args.port);
-    let (stream, _) = listener.accept().unwrap_or_else(|e| die(format!("accept: {e}")));
+    let stream = accept_within(&listener, Duration::from_secs(60))
+        .unwrap_or_else(|e| die(format!("no client within 60 s on tcp port {}: {e}", args.port)));
     drop(listener);
     let local = args.dev.clone().unwrap_or_else(|| {
         let ip = stream.local_addr().map(|a| a.ip()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
@@ -732,4 +733,23 @@ fn main() {
         _ => die("give -s (server) or the server's address (client)"),
     };
     exit(code)
+}
+
+/// Accepts one client, waiting at most `limit` (a server started on its own is not left
+/// waiting forever when its client never comes).
+fn accept_within(listener: &TcpListener, limit: Duration) -> std::io::Result<TcpStream> {
+    listener.set_nonblocking(true)?;
+    let deadline = Instant::now() + limit;
+    loop {
+        match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }

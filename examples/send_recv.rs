@@ -54,8 +54,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let me = qp.endpoint(random_psn());
     let mut tcp = match &server {
         Some(host) => connect_retrying(host, port)?,
-        None => TcpListener::bind(("0.0.0.0", port))?.accept()?.0,
+        None => accept_within(&TcpListener::bind(("0.0.0.0", port))?, Duration::from_secs(60))?,
     };
+    tcp.set_read_timeout(Some(Duration::from_secs(60)))?; // a silent peer is not waited for forever
     writeln!(tcp, "{} {} {}", me.gid, me.qpn.value(), me.psn.value())?;
     let mut line = String::new();
     BufReader::new(tcp.try_clone()?).read_line(&mut line)?;
@@ -153,6 +154,24 @@ fn connect_retrying(host: &str, port: u16) -> std::io::Result<TcpStream> {
                 std::thread::sleep(Duration::from_millis(50));
             }
             r => return r,
+        }
+    }
+}
+
+/// Accepts one client, waiting at most `limit`.
+fn accept_within(listener: &TcpListener, limit: Duration) -> std::io::Result<TcpStream> {
+    listener.set_nonblocking(true)?;
+    let deadline = Instant::now() + limit;
+    loop {
+        match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(e),
         }
     }
 }

@@ -307,3 +307,29 @@ fn pingpong_waits_are_bounded_and_limits_checked_first() {
         assert!(text(&o).contains("-r 100000: rx_depth should be between 1 and"), "{}", text(&o));
     }
 }
+
+/// Every tool's `--help` ends with the same exit-code table.
+#[test]
+fn every_help_shows_the_exit_code_table() {
+    let table = "Exit codes (all softroce tools):";
+    for args in [
+        &["--help"][..],
+        &["rc-pingpong", "--help"],
+        &["uc-pingpong", "--help"],
+        &["ud-pingpong", "--help"],
+        &["srq-pingpong", "--help"],
+        &["perf", "write-bw", "--help"],
+        &["perf", "send-lat", "--help"],
+        &["devinfo", "--help"],
+        &["counters", "--help"],
+        &["dump", "--help"],
+    ] {
+        let o = softroce().args(args).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        let t = text(&o);
+        assert!(t.contains(table) && t.contains("  4  local setup"), "{args:?}:\n{t}");
+    }
+    // The waits are documented where they apply.
+    let t = text(&softroce().args(["rc-pingpong", "--help"]).output().unwrap());
+    assert!(t.contains("--connect-timeout") && t.contains("--peer-timeout"), "{t}");
+}
