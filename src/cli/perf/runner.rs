@@ -37,7 +37,8 @@ const SPIN: Duration = Duration::from_micros(20);
 /// How often a waiting loop looks at the side channel for a peer that closed or spoke.
 const PEEK_EVERY: Duration = Duration::from_millis(50);
 /// How long a receiver waits for more messages once its peer has finished sending (it wrote
-/// its next side-channel message): what is still on its way arrives well within this.
+/// its next side-channel message), and any wait goes on after the peer closed the channel:
+/// what is still on its way arrives well within this.
 const AFTER_PEER_DONE: Duration = Duration::from_millis(2000);
 /// `ATOMIC_ADD_VALUE`.
 const ATOMIC_ADD: u64 = 1;
@@ -263,7 +264,10 @@ impl Idle {
         {
             return Err(Stop::Stalled(stall));
         }
-        if self.peer() == PeerState::Closed {
+        // A closed channel ends the wait once nothing has progressed for a moment: at the very
+        // end of a latency test the peer may exit (and close) while this side's last
+        // acknowledgement is still on its way.
+        if self.peer() == PeerState::Closed && now.duration_since(self.last_progress) >= AFTER_PEER_DONE {
             return Err(Stop::PeerClosed);
         }
         Ok(*self.since.get_or_insert(now))
