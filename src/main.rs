@@ -30,6 +30,9 @@ enum Command {
     Devinfo(cli::devinfo::DevinfoArgs),
     /// The hw_counters of running softroce devices (from another process).
     Counters(cli::counters::CountersArgs),
+    /// The directory of softroce's drop-in libibverbs.so.1: run an unmodified ibverbs program
+    /// with LD_LIBRARY_PATH=$(softroce lib-path).
+    LibPath(cli::lib_path::LibPathArgs),
 }
 
 fn main() {
@@ -43,6 +46,7 @@ fn main() {
         Command::SrqPingpong(a) => cli::pingpong::run_srq(a),
         Command::Devinfo(a) => cli::devinfo::run(a),
         Command::Counters(a) => cli::counters::run(a),
+        Command::LibPath(a) => cli::lib_path::run(a),
     };
     std::process::exit(code);
 }

@@ -70,3 +70,38 @@ fn check_flag_fails_on_bad_icrc_and_explains_it() {
     let (code, _) = dump(&["/nonexistent.pcap"]);
     assert_eq!(code, 4, "an unreadable file is local setup");
 }
+
+#[test]
+fn cm_mads_are_decoded_one_line_each() {
+    for &(name, count, mads) in common::CM_CAPTURES {
+        let (code, text) = dump(&[common::data(name).to_str().unwrap()]);
+        assert_eq!(code, 0);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), count + 1, "{name}");
+        assert_eq!(lines.iter().filter(|l| l.contains(" | CM ")).count(), mads, "{name}");
+    }
+    let (_, text) = dump(&[common::data("cm/rping_refused.pcap").to_str().unwrap()]);
+    let rej = text.lines().find(|l| l.contains("CM REJ")).unwrap();
+    for want in ["local=0x00000000", "remote=0x590e6bdb", "rejected=REQ", "reason=8 (invalid service ID)"] {
+        assert!(rej.contains(want), "{want} missing in {rej}");
+    }
+    let req = text.lines().find(|l| l.contains("CM REQ")).unwrap();
+    for want in
+        ["svc=0x0000000001061f3f(TCP:7999)", "qpn=0x00001e", "10.77.0.3 > 10.77.0.2", "cma(10.77.0.3:"]
+    {
+        assert!(req.contains(want), "{want} missing in {req}");
+    }
+}
+
+#[test]
+fn verbose_prints_every_cm_field() {
+    let (_, text) = dump(&["-v", common::data("rping_cm.pcap").to_str().unwrap()]);
+    let req: Vec<&str> = text.lines().skip_while(|l| !l.contains("| CM REQ")).take(80).collect();
+    let field = |name: &str| req.iter().find(|l| l.split_whitespace().nth(1) == Some(name)).copied();
+    assert!(field("starting_psn").unwrap().contains("0x9cc876"), "{req:?}");
+    assert!(field("primary_flow_label").unwrap().contains("0x274e3"));
+    assert!(field("primary_local_gid").unwrap().contains("10.77.0.3"));
+    assert!(field("local_cm_response_timeout").unwrap().contains("0x14 (20)"));
+    assert!(field("cma_hdr").unwrap().contains("10.77.0.3:38787 > 10.77.0.2"));
+    assert!(req.iter().any(|l| l.trim_start().starts_with("MAD ") && l.contains("attribute_id=0x0010")));
+}

@@ -5,6 +5,7 @@ pub mod common;
 pub mod counters;
 pub mod devinfo;
 pub mod dump;
+pub mod lib_path;
 pub mod oob;
 pub mod perf;
 pub mod pingpong;

@@ -20,6 +20,7 @@
 use core::ops::{Add, Sub};
 use std::time::Duration;
 
+pub mod cm;
 pub mod completer;
 mod counters;
 pub mod ids;

@@ -2,7 +2,8 @@
 //!
 //! [`PacketLine`] is the one-line summary of a transport packet (opcode, QPN, PSN, flags,
 //! extension headers, payload length); [`FrameLine`] prefixes it with the IP/UDP fields and
-//! suffixes the ICRC verdict; [`FrameDetail`] prints every header field on its own line.
+//! suffixes the ICRC verdict (and, for a MAD to QP1, the [`MadLine`] summary of the CM message);
+//! [`FrameDetail`] prints every header field on its own line, and [`MadDetail`] every MAD field.
 
 use core::fmt;
 
@@ -140,6 +141,10 @@ impl fmt::Display for FrameLine<'_, '_> {
             }
             write!(f, ")")?;
         }
+        let p = fr.packet();
+        if is_mad(&p) {
+            write!(f, " | {}", MadLine(p.payload()))?;
+        }
         Ok(())
     }
 }
@@ -229,6 +234,9 @@ impl fmt::Display for FrameDetail<'_, '_> {
             writeln!(f, "    {:<6} {}", name, rest.trim_end_matches(')'))?;
         }
         writeln!(f, "    data   {} bytes, pad {}", p.payload().len(), p.pad_bytes().len())?;
+        if is_mad(&p) {
+            writeln!(f, "{}", MadDetail(p.payload()))?;
+        }
         let ok = fr.icrc_ok();
         write!(
             f,
@@ -246,5 +254,299 @@ impl fmt::Display for ExtOnly<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt_ext(f, self.0)?;
         write!(f, " ")
+    }
+}
+
+/// True when a packet is a MAD: a UD packet to QP1 (the GSI QP).
+pub fn is_mad(p: &Packet<'_>) -> bool {
+    p.deth().is_some() && p.bth().dest_qp() == super::cm::GSI_QPN
+}
+
+fn gid_text(g: &[u8]) -> String {
+    match <[u8; 16]>::try_from(g) {
+        Ok(a) => super::cma::gid_to_ip(&a).to_string(),
+        Err(_) => hex_bytes(g),
+    }
+}
+
+fn hex_bytes(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        s.push_str(&format!("{x:02x}"));
+    }
+    s
+}
+
+/// Private data as hex without its zero tail (`"" (92 zero bytes)` when all zero).
+fn private_text(b: &[u8]) -> String {
+    let used = b.iter().rposition(|&x| x != 0).map_or(0, |i| i + 1);
+    if used == 0 {
+        format!("({} zero bytes)", b.len())
+    } else if used == b.len() {
+        hex_bytes(b)
+    } else {
+        format!("{} (+{} zero bytes)", hex_bytes(&b[..used]), b.len() - used)
+    }
+}
+
+fn service_text(sid: u64) -> String {
+    use super::cma::{PortSpace, is_ip_service_id, port_from_service_id, ps_from_service_id};
+    if is_ip_service_id(sid) {
+        let ps = match PortSpace::from_u16(ps_from_service_id(sid)) {
+            Some(PortSpace::Tcp) => "TCP",
+            Some(PortSpace::Udp) => "UDP",
+            Some(PortSpace::Ib) => "IB",
+            Some(PortSpace::Ipoib) => "IPoIB",
+            None => "?",
+        };
+        format!("{sid:#018x}({ps}:{})", port_from_service_id(sid))
+    } else {
+        format!("{sid:#018x}")
+    }
+}
+
+fn cma_text(pd: &[u8]) -> Option<String> {
+    use super::cma::{CmaHdr, CmaHdrRepr};
+    let h = CmaHdrRepr::parse(&CmaHdr::new_checked(pd).ok()?);
+    if h.cma_version != 0 {
+        return None;
+    }
+    Some(format!("cma({}:{} > {})", h.src_ip()?, h.port, h.dst_ip()?))
+}
+
+fn mtu_bytes(mtu: u8) -> u32 {
+    if (1..=5).contains(&mtu) { 128 << mtu } else { 0 }
+}
+
+/// One-line summary of a MAD: the message name, its identifiers and the fields people look
+/// for (for CM messages), or the header for other classes. Shorter than 256 bytes prints as
+/// a truncated MAD.
+pub struct MadLine<'a>(pub &'a [u8]);
+
+impl fmt::Display for MadLine<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use super::cm::{MsgResponse, RejReason, SidrStatus};
+        use super::mad::{Mad, MadBody, MadRepr};
+        let Ok(mad) = Mad::new_checked(self.0) else {
+            return write!(f, "MAD truncated ({} bytes, a MAD is 256)", self.0.len());
+        };
+        let m = MadRepr::parse(&mad);
+        let h = &m.header;
+        let Some(attr) = m.body.cm_attr() else {
+            return write!(
+                f,
+                "MAD base={} class={:#04x} ver={} method={:#04x} status={:#06x} tid={:#018x} attr={:#06x} mod={:#x}",
+                h.base_version,
+                h.mgmt_class,
+                h.class_version,
+                h.method,
+                h.status,
+                h.transaction_id,
+                h.attribute_id,
+                h.attribute_modifier
+            );
+        };
+        write!(f, "CM {}", attr.name())?;
+        if h.method != super::mad::method::SEND
+            || h.status != 0
+            || h.class_version != 2
+            || h.base_version != 1
+        {
+            write!(f, " (ver={} method={:#04x} status={:#06x})", h.class_version, h.method, h.status)?;
+        }
+        write!(f, " tid={:#018x}", h.transaction_id)?;
+        match &m.body {
+            MadBody::Req(r) => {
+                write!(
+                    f,
+                    " local={:#010x} svc={} qpn={:#08x} psn={:#08x} rr={} id={} retry={} rnr={} mtu={} timeout={}/{} ack={} max_retries={} {} > {}",
+                    r.local_comm_id,
+                    service_text(r.service_id),
+                    r.local_qpn,
+                    r.starting_psn,
+                    r.responder_resources,
+                    r.initiator_depth,
+                    r.retry_count,
+                    r.rnr_retry_count,
+                    mtu_bytes(r.path_mtu),
+                    r.local_cm_response_timeout,
+                    r.remote_cm_response_timeout,
+                    r.primary_local_ack_timeout,
+                    r.max_cm_retries,
+                    gid_text(&r.primary_local_gid),
+                    gid_text(&r.primary_remote_gid),
+                )?;
+                if r.transport_service_type != 0 {
+                    write!(f, " transport={}", r.transport_service_type)?;
+                }
+                let cma = super::cma::is_ip_service_id(r.service_id).then(|| cma_text(&r.private_data));
+                if let Some(c) = cma.flatten() {
+                    write!(f, " {c}")?;
+                }
+            }
+            MadBody::Rep(r) => write!(
+                f,
+                " local={:#010x} remote={:#010x} qpn={:#08x} psn={:#08x} rr={} id={} rnr={} ack_delay={}",
+                r.local_comm_id,
+                r.remote_comm_id,
+                r.local_qpn,
+                r.starting_psn,
+                r.responder_resources,
+                r.initiator_depth,
+                r.rnr_retry_count,
+                r.target_ack_delay
+            )?,
+            MadBody::Rtu(r) => {
+                write!(f, " local={:#010x} remote={:#010x}", r.local_comm_id, r.remote_comm_id)?
+            }
+            MadBody::Rej(r) => {
+                let what = match MsgResponse::from_u8(r.message_rejected) {
+                    Some(MsgResponse::Req) => "REQ",
+                    Some(MsgResponse::Rep) => "REP",
+                    Some(MsgResponse::Other) => "other",
+                    None => "reserved",
+                };
+                let why = RejReason::from_u16(r.reason).map_or("unknown", |x| x.as_str());
+                write!(
+                    f,
+                    " local={:#010x} remote={:#010x} rejected={what} reason={} ({why})",
+                    r.local_comm_id, r.remote_comm_id, r.reason
+                )?;
+                if r.rejected_info_length != 0 {
+                    let n = usize::from(r.rejected_info_length).min(r.ari.len());
+                    write!(f, " ari={}", hex_bytes(&r.ari[..n]))?;
+                }
+            }
+            MadBody::Mra(r) => write!(
+                f,
+                " local={:#010x} remote={:#010x} mraed={} service_timeout={}",
+                r.local_comm_id, r.remote_comm_id, r.message_mraed, r.service_timeout
+            )?,
+            MadBody::Dreq(r) => write!(
+                f,
+                " local={:#010x} remote={:#010x} remote_qpn={:#08x}",
+                r.local_comm_id, r.remote_comm_id, r.remote_qpn
+            )?,
+            MadBody::Drep(r) => {
+                write!(f, " local={:#010x} remote={:#010x}", r.local_comm_id, r.remote_comm_id)?
+            }
+            MadBody::SidrReq(r) => {
+                write!(
+                    f,
+                    " request={:#010x} pkey={:#06x} svc={}",
+                    r.request_id,
+                    r.partition_key,
+                    service_text(r.service_id)
+                )?;
+                if let Some(c) = cma_text(&r.private_data) {
+                    write!(f, " {c}")?;
+                }
+            }
+            MadBody::SidrRep(r) => {
+                let st = match SidrStatus::from_u8(r.status) {
+                    Some(SidrStatus::Success) => "success",
+                    Some(SidrStatus::Unsupported) => "unsupported",
+                    Some(SidrStatus::Reject) => "reject",
+                    Some(SidrStatus::NoQp) => "no QP",
+                    Some(SidrStatus::Redirect) => "redirect",
+                    Some(SidrStatus::UnsupportedVersion) => "unsupported version",
+                    None => "unknown",
+                };
+                write!(
+                    f,
+                    " request={:#010x} status={} ({st}) qpn={:#08x} qkey={:#010x} svc={}",
+                    r.request_id,
+                    r.status,
+                    r.qpn,
+                    r.qkey,
+                    service_text(r.service_id)
+                )?
+            }
+            MadBody::Lap(r) => write!(
+                f,
+                " local={:#010x} remote={:#010x} remote_qpn={:#08x}",
+                r.local_comm_id, r.remote_comm_id, r.remote_qpn
+            )?,
+            MadBody::Apr(r) => write!(
+                f,
+                " local={:#010x} remote={:#010x} ap_status={}",
+                r.local_comm_id, r.remote_comm_id, r.ap_status
+            )?,
+            MadBody::ClassPortInfo(c) => write!(
+                f,
+                " method={:#04x} status={:#06x} resp_time={}",
+                h.method, h.status, c.resp_time_value
+            )?,
+            MadBody::Other(_) => {}
+        }
+        Ok(())
+    }
+}
+
+/// Every field of a MAD, one per line, indented like [`FrameDetail`]'s headers.
+pub struct MadDetail<'a>(pub &'a [u8]);
+
+impl fmt::Display for MadDetail<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use super::FieldValue;
+        use super::mad::{Mad, MadBody, MadRepr};
+        let Ok(mad) = Mad::new_checked(self.0) else {
+            return write!(f, "    MAD    truncated: {} bytes", self.0.len());
+        };
+        let m = MadRepr::parse(&mad);
+        let h = &m.header;
+        write!(
+            f,
+            "    MAD    base_version={} mgmt_class={:#04x} class_version={} method={:#04x} status={:#06x} class_specific={:#06x} transaction_id={:#018x} attribute_id={:#06x} reserved={:#06x} attribute_modifier={:#010x}",
+            h.base_version,
+            h.mgmt_class,
+            h.class_version,
+            h.method,
+            h.status,
+            h.class_specific,
+            h.transaction_id,
+            h.attribute_id,
+            h.reserved,
+            h.attribute_modifier
+        )?;
+        let name = m.body.cm_attr().map_or("data", |a| a.name());
+        let mut result = Ok(());
+        let mut line = |field: &'static str, v: FieldValue<'_>| {
+            if result.is_err() {
+                return;
+            }
+            result = match v {
+                FieldValue::Int(x) => write!(f, "\n    {name:<8} {field:<28} {x:#x} ({x})"),
+                FieldValue::Bytes(b) if b.len() == 16 && field.ends_with("gid") => {
+                    write!(f, "\n    {name:<8} {field:<28} {}", gid_text(b))
+                }
+                FieldValue::Bytes(b) => write!(f, "\n    {name:<8} {field:<28} {}", private_text(b)),
+            };
+        };
+        match &m.body {
+            MadBody::Req(r) => r.visit(&mut line),
+            MadBody::Mra(r) => r.visit(&mut line),
+            MadBody::Rej(r) => r.visit(&mut line),
+            MadBody::Rep(r) => r.visit(&mut line),
+            MadBody::Rtu(r) => r.visit(&mut line),
+            MadBody::Dreq(r) => r.visit(&mut line),
+            MadBody::Drep(r) => r.visit(&mut line),
+            MadBody::SidrReq(r) => r.visit(&mut line),
+            MadBody::SidrRep(r) => r.visit(&mut line),
+            MadBody::Lap(r) => r.visit(&mut line),
+            MadBody::Apr(r) => r.visit(&mut line),
+            MadBody::ClassPortInfo(r) => r.visit(&mut line),
+            MadBody::Other(raw) => line("data", FieldValue::Bytes(raw)),
+        }
+        result?;
+        let cma = match &m.body {
+            MadBody::Req(r) => cma_text(&r.private_data),
+            MadBody::SidrReq(r) => cma_text(&r.private_data),
+            _ => None,
+        };
+        if let Some(c) = cma {
+            write!(f, "\n    {name:<8} {:<28} {c}", "cma_hdr")?;
+        }
+        Ok(())
     }
 }

@@ -36,6 +36,18 @@ pub const CAPTURES: &[(&str, usize)] = &[
     ("host_gsi_probe.pcap", 4),
 ];
 
+/// Kernel rxe CM captures in `tests/data/cm` (see `tests/data/README.md`), with the number of
+/// RoCEv2 packets and of CM MADs in each. `rping_cm.pcap` in [`CAPTURES`] holds CM MADs too.
+pub const CM_CAPTURES: &[(&str, usize, usize)] = &[
+    ("cm/rping_c3.pcap", 41, 5),
+    ("cm/rping_ipv6.pcap", 41, 5),
+    ("cm/rping_refused.pcap", 2, 2),
+    ("cm/reject.pcap", 7, 7),
+    ("cm/ucmatose_c2.pcap", 26, 10),
+    ("cm/send_bw_R.pcap", 66, 12),
+    ("cm/udaddy.pcap", 6, 2),
+];
+
 /// Frames of `host_gsi_probe.pcap` (0-based) whose ICRC was deliberately wrong.
 pub const BAD_ICRC: &[(&str, usize)] = &[("host_gsi_probe.pcap", 1), ("host_gsi_probe.pcap", 2)];
 

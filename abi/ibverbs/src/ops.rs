@@ -1,0 +1,93 @@
+//! The function-pointer slots of a context: what the header inlines call.
+//!
+//! `ibv_context.ops` (called with no NULL check by `ibv_poll_cq`, `ibv_req_notify_cq`,
+//! `ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv`, `ibv_dealloc_mw`; with one by
+//! `ibv_alloc_mw`; `ibv_bind_mw` after its own checks) must never hold NULL in a called slot:
+//! each points at a function here that fails cleanly until its object exists. Objects cannot
+//! exist yet (no CQ, QP, SRQ or MW can be created), so these are reached only by programs that
+//! pass garbage; when the objects arrive, point the slots at their real implementations.
+//! `_compat_query_device`/`_compat_query_port` point at the real queries, as in rdma-core.
+//!
+//! `verbs_context` slots: `query_port` and `query_device_ex` are implemented. Everything else is
+//! left NULL on purpose: a NULL slot makes the header inline fail with `EOPNOTSUPP` — exactly
+//! the real library's answer for a device without the feature (XRC, flow steering, device
+//! memory, counters, WQs and RSS tables, thread and parent domains, rate limits, CQ moderation,
+//! `advise_mr`, null MRs, `query_rt_values`) — and, for `create_qp_ex` and `create_srq_ex`,
+//! makes the inline fall back to the exported `ibv_create_qp`/`ibv_create_srq` when only a PD
+//! is asked for. The next slots to fill are `create_cq_ex`, `create_qp_ex` (perftest and
+//! `ibv_rc_pingpong -N` use the new post API), `create_srq_ex`, `modify_cq` if wanted.
+
+use libc::{c_int, c_uint};
+
+use crate::ffi::*;
+use crate::util::set_errno;
+
+/// Fills the slots of a new context.
+pub fn fill(v: &mut verbs_context) {
+    v.query_port = Some(crate::device::query_port);
+    v.query_device_ex = Some(crate::device::query_device_ex);
+    let ops = &mut v.context.ops;
+    ops._compat_query_device = Some(crate::device::ibv_query_device);
+    ops._compat_query_port = Some(crate::device::ibv_query_port);
+    ops.alloc_mw = Some(alloc_mw);
+    ops.bind_mw = Some(bind_mw);
+    ops.dealloc_mw = Some(dealloc_mw);
+    ops.poll_cq = Some(poll_cq);
+    ops.req_notify_cq = Some(req_notify_cq);
+    ops.post_srq_recv = Some(post_srq_recv);
+    ops.post_send = Some(post_send);
+    ops.post_recv = Some(post_recv);
+}
+
+const E: c_int = libc::EOPNOTSUPP;
+
+unsafe extern "C" fn alloc_mw(_pd: *mut ibv_pd, _type: c_uint) -> *mut ibv_mw {
+    set_errno(E);
+    std::ptr::null_mut()
+}
+
+unsafe extern "C" fn bind_mw(_qp: *mut ibv_qp, _mw: *mut ibv_mw, _bind: *mut ibv_mw_bind) -> c_int {
+    E
+}
+
+unsafe extern "C" fn dealloc_mw(_mw: *mut ibv_mw) -> c_int {
+    E
+}
+
+/// A negative count: no completions, an error (`ibv_poll_cq` callers test `< 0`).
+unsafe extern "C" fn poll_cq(_cq: *mut ibv_cq, _n: c_int, _wc: *mut ibv_wc) -> c_int {
+    set_errno(E);
+    -E
+}
+
+unsafe extern "C" fn req_notify_cq(_cq: *mut ibv_cq, _solicited_only: c_int) -> c_int {
+    E
+}
+
+unsafe extern "C" fn post_srq_recv(
+    _srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: the caller's bad_wr is writable.
+        unsafe { *bad = wr };
+    }
+    E
+}
+
+unsafe extern "C" fn post_send(_qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: as above.
+        unsafe { *bad = wr };
+    }
+    E
+}
+
+unsafe extern "C" fn post_recv(_qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: as above.
+        unsafe { *bad = wr };
+    }
+    E
+}

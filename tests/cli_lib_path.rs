@@ -1,0 +1,54 @@
+//! `softroce lib-path` prints a directory whose `libibverbs.so.1` is softroce's, and an
+//! unmodified Debian tool run with it as `LD_LIBRARY_PATH` sees softroce devices.
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn lib_path_points_at_the_built_library() {
+    let exe = Path::new(env!("CARGO_BIN_EXE_softroce"));
+    let bin_dir = exe.parent().unwrap();
+    // `cargo test` builds the tool but not the cdylib beside it: build it in this profile.
+    let profile = match bin_dir.file_name().and_then(|n| n.to_str()).unwrap() {
+        "debug" => "dev".to_string(),
+        p => p.to_string(),
+    };
+    let b = Command::new(env!("CARGO"))
+        .args(["build", "-p", "softroce-ibverbs", "--profile", &profile])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+
+    let o = Command::new(exe).arg("lib-path").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let dir = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    assert_eq!(Path::new(&dir), bin_dir.canonicalize().unwrap().join("softroce-lib"));
+    let lib = Path::new(&dir).join("libibverbs.so.1").canonicalize().unwrap();
+    assert_eq!(lib, bin_dir.join("libibverbs.so").canonicalize().unwrap());
+
+    if Path::new("/usr/bin/ibv_devices").exists() {
+        let o = Command::new("ibv_devices")
+            .env("LD_LIBRARY_PATH", &dir)
+            .env("SOFTROCE_DEVICES", "127.0.0.1")
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success() && out.contains("softroce0"), "{out}");
+    } else {
+        println!("ibv_devices not installed (Debian ibverbs-utils): the LD_LIBRARY_PATH run is skipped");
+    }
+}
+
+#[test]
+fn lib_path_without_a_library_says_how_to_build_it() {
+    let dir = std::env::temp_dir().join(format!("softroce-libpath-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("softroce");
+    std::fs::copy(env!("CARGO_BIN_EXE_softroce"), &copy).unwrap();
+    let o = Command::new(&copy).arg("lib-path").output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(o.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cargo build --release"));
+    assert!(o.stdout.is_empty());
+}
