@@ -6,10 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use super::common::{CliError, exit, report};
+use super::common::exit;
 
 /// Arguments of `softroce counters`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = crate::cli::common::EXIT_CODES)]
 pub struct CountersArgs {
     /// Only devices on this local IP address or device name
     #[arg(short = 'd', long = "ib-dev")]
@@ -82,15 +83,17 @@ pub fn run(a: &CountersArgs) -> i32 {
         })
         .collect();
     if shown.is_empty() {
+        // Nothing to show is an answer, not an error: say so and succeed (JSON: an empty list).
         let dir = softroce::verbs::device::counters_dir();
-        return report(
-            "counters",
-            &CliError::failed(format!(
-                "no {}softroce device found in {} (start one, or use --all for ended ones)",
-                if a.all { "" } else { "running " },
-                dir.display()
-            )),
+        if a.json {
+            println!("[]");
+        }
+        eprintln!(
+            "softroce counters: no {}softroce device found in {} (start one, or use --all for ended ones)",
+            if a.all { "" } else { "running " },
+            dir.display()
         );
+        return exit::OK;
     }
     if a.json {
         let devs: Vec<serde_json::Value> = shown
