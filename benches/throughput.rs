@@ -142,8 +142,12 @@ fn rc_bench(kind: &str, size: usize, d: Duration, backend: &str) -> (f64, f64) {
     let (ca, sa) = bench_addrs(backend);
     let (mut child, mut out, peer) = spawn("rc", &format!("{kind} {size} {sa} {backend}"));
     let p: Vec<&str> = peer.split_whitespace().collect();
-    let (qpn, psn, raddr, rkey): (u32, u32, u64, u32) =
-        (p[0].parse().unwrap(), p[1].parse().unwrap(), p[2].parse().unwrap(), p[3].parse().unwrap());
+    let (qpn, psn, raddr, rkey) = (
+        Qpn::new(p[0].parse().unwrap()),
+        Psn::new(p[1].parse().unwrap()),
+        p[2].parse().unwrap(),
+        Rkey::new(p[3].parse().unwrap()),
+    );
     let dev = Device::open(DeviceConfig::new(ca).with_backend(backend.parse().unwrap())).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8192).unwrap();
@@ -152,12 +156,17 @@ fn rc_bench(kind: &str, size: usize, d: Duration, backend: &str) -> (f64, f64) {
         QpCaps { max_send_wr: 1024, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64 };
     let qp = pd.create_qp(&init).unwrap();
     let mr = pd.alloc_mr(size.max(64), Access::LOCAL_WRITE).unwrap();
-    connect(&dev, &qp, qpn, psn, sa, 0x1000);
-    child.stdin.as_mut().unwrap().write_all(format!("{} {}\n", qp.qp_num(), 0x1000).as_bytes()).unwrap();
+    connect(&dev, &qp, qpn, psn, sa, Psn::new(0x1000));
+    child
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(format!("{} {}\n", qp.qp_num().value(), 0x1000).as_bytes())
+        .unwrap();
     let mut ready = String::new();
     out.read_line(&mut ready).unwrap();
     let depth = if kind == "write" { 64 } else { 256 };
-    let mut wcs = vec![WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 64];
+    let mut wcs = vec![WorkCompletion::default(); 64];
     let (mut posted, mut done) = (0u64, 0u64);
     let mut start = Instant::now();
     let mut counted = 0u64;
@@ -202,7 +211,7 @@ fn rc_bench(kind: &str, size: usize, d: Duration, backend: &str) -> (f64, f64) {
     (msgs * size as f64 / secs, msgs / secs)
 }
 
-fn connect(dev: &Device, qp: &QueuePair, qpn: u32, psn: u32, peer: &str, my_psn: u32) {
+fn connect(dev: &Device, qp: &QueuePair, qpn: Qpn, psn: Psn, peer: &str, my_psn: Psn) {
     qp.modify(&QpAttrs::init(Access::ALL)).unwrap();
     let av = AddressVector::new(Gid::from_ip(peer.parse().unwrap()), dev.default_gid_index());
     qp.modify(&QpAttrs::rtr(av, Mtu::Mtu4096, qpn, psn)).unwrap();
@@ -262,11 +271,11 @@ fn child(role: &str) {
             };
             let qp = pd.create_qp(&init).unwrap();
             let mr = pd.alloc_mr(size.max(64), Access::ALL).unwrap();
-            println!("{} {} {} {}", qp.qp_num(), 0x2000, mr.addr(), mr.rkey());
+            println!("{} {} {} {}", qp.qp_num().value(), 0x2000, mr.addr(), mr.rkey().value());
             let mut line = String::new();
             std::io::stdin().read_line(&mut line).unwrap();
             let p: Vec<u32> = line.split_whitespace().map(|x| x.parse().unwrap()).collect();
-            connect(&dev, &qp, p[0], p[1], bench_addrs(backend).0, 0x2000);
+            connect(&dev, &qp, Qpn::new(p[0]), Psn::new(p[1]), bench_addrs(backend).0, Psn::new(0x2000));
             let mut posted = 0u64;
             if kind == "send" {
                 while posted < 4096 {
@@ -277,7 +286,7 @@ fn child(role: &str) {
             println!("ready");
             // Keep receives posted until the parent closes stdin.
             let stop = stop_when_stdin_closes();
-            let mut wcs = vec![WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 256];
+            let mut wcs = vec![WorkCompletion::default(); 256];
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 let n = cq.poll_wait(&mut wcs, Duration::from_millis(50)).unwrap_or(0);
                 for _ in 0..n {

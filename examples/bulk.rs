@@ -149,9 +149,16 @@ fn wait(res: &Res) -> WorkCompletion {
     }
 }
 
-fn exchange(stream: &mut TcpStream, res: &Res, psn: u32) -> (u32, u32, Gid, u64, u32) {
-    let g = res.dev.gid(res.dev.default_gid_index()).unwrap_or_else(|e| die(e));
-    let line = format!("{} {} {} {} {}\n", res.qp.qp_num(), psn, Gid::to_ip(g), res.mr.addr(), res.mr.rkey());
+/// Sends this side's `qpn psn address va rkey` line and returns the peer's.
+fn exchange(stream: &mut TcpStream, res: &Res, psn: Psn) -> (Qpn, Psn, Gid, u64, Rkey) {
+    let line = format!(
+        "{} {} {} {} {}\n",
+        res.qp.qp_num().value(),
+        psn.value(),
+        res.dev.ip(),
+        res.mr.addr(),
+        res.mr.rkey().value()
+    );
     stream.write_all(line.as_bytes()).unwrap_or_else(|e| die(e));
     let mut peer = String::new();
     BufReader::new(stream.try_clone().unwrap_or_else(|e| die(e)))
@@ -163,10 +170,10 @@ fn exchange(stream: &mut TcpStream, res: &Res, psn: u32) -> (u32, u32, Gid, u64,
     }
     let p = |s: &str| s.parse::<u64>().unwrap_or_else(|_| die("bad number"));
     let ip: std::net::IpAddr = f[2].parse().unwrap_or_else(|_| die("bad address"));
-    (p(f[0]) as u32, p(f[1]) as u32, Gid::from_ip(ip), p(f[3]), p(f[4]) as u32)
+    (Qpn::new(p(f[0]) as u32), Psn::new(p(f[1]) as u32), Gid::from_ip(ip), p(f[3]), Rkey::new(p(f[4]) as u32))
 }
 
-fn connect(res: &Res, a: &Args, mtu: Mtu, qpn: u32, rq: u32, gid: Gid, sq: u32) {
+fn connect(res: &Res, a: &Args, mtu: Mtu, qpn: Qpn, rq: Psn, gid: Gid, sq: Psn) {
     let av = AddressVector::new(gid, res.dev.default_gid_index());
     res.qp.modify(&QpAttrs::rtr(av, mtu, qpn, rq)).unwrap_or_else(|e| die(e));
     let mut rts = QpAttrs::rts(sq);
@@ -181,8 +188,8 @@ fn server(a: &Args, mtu: Mtu) {
     let listener = TcpListener::bind((a.dev.as_str(), a.port)).unwrap_or_else(|e| die(e));
     println!("listening");
     let (mut s, _) = listener.accept().unwrap_or_else(|e| die(e));
-    let (qpn, psn, gid, _, _) = exchange(&mut s, &res, 0x40_0000);
-    connect(&res, a, mtu, qpn, psn, gid, 0x40_0000);
+    let (qpn, psn, gid, _, _) = exchange(&mut s, &res, Psn::new(0x40_0000));
+    connect(&res, a, mtu, qpn, psn, gid, Psn::new(0x40_0000));
     let desc_base = SLOTS * a.max;
     for k in 0..256usize {
         res.qp
@@ -255,8 +262,8 @@ fn client(a: &Args, mtu: Mtu, ip: &str) {
             Err(e) => die(e),
         }
     };
-    let (qpn, psn, gid, raddr, rkey) = exchange(&mut s, &res, 0x80_0000);
-    connect(&res, a, mtu, qpn, psn, gid, 0x80_0000);
+    let (qpn, psn, gid, raddr, rkey) = exchange(&mut s, &res, Psn::new(0x80_0000));
+    connect(&res, a, mtu, qpn, psn, gid, Psn::new(0x80_0000));
     for k in 0..256u64 {
         res.qp.post_recv(RecvWr::new(k, &[])).unwrap_or_else(|e| die(e));
     }

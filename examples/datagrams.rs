@@ -50,7 +50,7 @@ struct Args {
     server_ip: Option<String>,
 }
 
-const QKEY: u32 = 0x1111_1111;
+const QKEY: Qkey = Qkey::new(0x1111_1111);
 const RX: usize = 1024;
 
 fn die(msg: impl std::fmt::Display) -> ! {
@@ -103,7 +103,7 @@ fn main() {
     } else {
         qp.modify(&QpAttrs::init(Access::NONE)).unwrap_or_else(|e| die(e));
     }
-    let me = format!("{} {}\n", qp.qp_num(), dev.ip());
+    let me = format!("{} {}\n", qp.qp_num().value(), dev.ip());
 
     // Exchange "qpn gid" lines; the server posts its receives first.
     let mut stream = if a.server {
@@ -121,7 +121,7 @@ fn main() {
     let mut line = String::new();
     reader.read_line(&mut line).unwrap_or_else(|e| die(e));
     let mut it = line.split_whitespace();
-    let peer_qpn: u32 = it.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| die("bad peer line"));
+    let peer_qpn = Qpn::new(it.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| die("bad peer line")));
     let peer_ip: std::net::IpAddr =
         it.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| die("bad peer address"));
     let av = AddressVector::new(Gid::from_ip(peer_ip), dev.default_gid_index());
@@ -130,15 +130,15 @@ fn main() {
         qp.modify(&QpAttrs::rtr_ud()).unwrap_or_else(|e| die(e));
         ah = Some(pd.create_ah(&av).unwrap_or_else(|e| die(e)));
     } else {
-        qp.modify(&QpAttrs::rtr_uc(av, mtu, peer_qpn, 0)).unwrap_or_else(|e| die(e));
+        qp.modify(&QpAttrs::rtr_uc(av, mtu, peer_qpn, Psn::new(0))).unwrap_or_else(|e| die(e));
     }
-    qp.modify(&QpAttrs::rts_unreliable(0)).unwrap_or_else(|e| die(e));
+    qp.modify(&QpAttrs::rts_unreliable(Psn::new(0))).unwrap_or_else(|e| die(e));
     // Both sides are ready before the first message.
     stream.write_all(b"ready\n").unwrap_or_else(|e| die(e));
     line.clear();
     reader.read_line(&mut line).unwrap_or_else(|e| die(e));
 
-    let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 64];
+    let mut wcs = [WorkCompletion::default(); 64];
     if !a.server {
         for i in 0..a.count {
             mr.write(0, &pattern(i, a.size)).unwrap_or_else(|e| die(e));

@@ -36,9 +36,9 @@ struct Args {
     /// TCP port of the side channel.
     #[arg(short = 'p', default_value_t = 18700)]
     port: u16,
-    /// Source GID index.
-    #[arg(short = 'g', default_value_t = 1)]
-    gid_index: u8,
+    /// Source GID index (default: the GID of the device's address).
+    #[arg(short = 'g')]
+    gid_index: Option<u8>,
     /// Local address or interface of the softroce device.
     #[arg(short = 'd')]
     dev: Option<String>,
@@ -201,8 +201,8 @@ impl Chan {
 }
 
 struct Hello {
-    qpn: u32,
-    psn: u32,
+    qpn: Qpn,
+    psn: Psn,
     gid: Gid,
     mtu: u32,
     size: usize,
@@ -210,7 +210,7 @@ struct Hello {
 
 fn hello_line(h: &Hello) -> String {
     let gid: String = h.gid.0.iter().map(|b| format!("{b:02x}")).collect();
-    format!("LAB1 HELLO {:06x} {:06x} {gid} {} {}", h.qpn, h.psn, h.mtu, h.size)
+    format!("LAB1 HELLO {:06x} {:06x} {gid} {} {}", h.qpn, h.psn.value(), h.mtu, h.size)
 }
 
 fn parse_hello(f: &[String]) -> Hello {
@@ -228,8 +228,8 @@ fn parse_hello(f: &[String]) -> Hello {
     };
     let dec = |s: &str| s.parse::<usize>().unwrap_or_else(|_| die(format!("bad number {s:?}")));
     Hello {
-        qpn: hex(&f[2], 6) as u32,
-        psn: hex(&f[3], 6) as u32,
+        qpn: Qpn::new(hex(&f[2], 6) as u32),
+        psn: Psn::new(hex(&f[3], 6) as u32),
         gid: Gid(hex(&f[4], 32).to_be_bytes()),
         mtu: dec(&f[5]) as u32,
         size: dec(&f[6]),
@@ -264,7 +264,12 @@ impl Res {
         Res { dev, _pd: pd, cq, qp, mr, region }
     }
 
-    fn connect(&self, peer: &Hello, gid_index: u8, mtu: Mtu, psn: u32) {
+    /// The source GID index: `-g`, or the device's own address.
+    fn gid_index(&self, args: &Args) -> GidIndex {
+        args.gid_index.map_or_else(|| self.dev.default_gid_index(), GidIndex::new)
+    }
+
+    fn connect(&self, peer: &Hello, gid_index: GidIndex, mtu: Mtu, psn: Psn) {
         let av = AddressVector::new(peer.gid, gid_index);
         let mut rtr = QpAttrs::rtr(av, mtu, peer.qpn, peer.psn);
         rtr.max_dest_rd_atomic = Some(1);
@@ -335,7 +340,7 @@ fn opcode_name(o: WcOpcode) -> &'static str {
 
 fn client_step(res: &Res, n: usize, len: usize, addr: u64, rkey: u32, t: Duration) -> StepResult {
     let k = kind(n);
-    let remote = RemoteAddr { addr, rkey };
+    let remote = RemoteAddr { addr, rkey: Rkey::new(rkey) };
     // Gather: 3 SGEs in separate regions at offsets 64, 65, 66.
     let g = [len / 3, len / 3, len - 2 * (len / 3)];
     let gather: Vec<Sge> = if len == 0 {
@@ -445,8 +450,8 @@ fn client(args: &Args, target: &str) -> i32 {
         .clone()
         .unwrap_or_else(|| stream.local_addr().map(|a| a.ip().to_string()).unwrap_or_default());
     let res = Res::open(&local, size, Access::LOCAL_WRITE, args);
-    let psn = args.psn.unwrap_or_else(rand_psn) & 0xff_ffff;
-    let gid = res.qp.device().gid(args.gid_index).unwrap_or_else(|e| die(e));
+    let psn = args.psn.map_or_else(random_psn, Psn::new);
+    let gid = res.dev.gid(res.gid_index(args)).unwrap_or_else(|e| die(e));
     let me = Hello { qpn: res.qp.qp_num(), psn, gid, mtu: mtu_bytes, size };
     let mut ch = Chan {
         r: BufReader::new(stream.try_clone().unwrap_or_else(|e| die(e))),
@@ -459,7 +464,7 @@ fn client(args: &Args, target: &str) -> i32 {
         die("server adopted different MTU or size");
     }
     let _ = ch.w.set_nodelay(true);
-    res.connect(&peer, args.gid_index, mtu, psn);
+    res.connect(&peer, res.gid_index(args), mtu, psn);
     print_info("client", &me, &peer);
     let mut nok = 0;
     let mut failed = false;
@@ -553,7 +558,7 @@ fn server_prepare(res: &Res, n: usize, len: usize) -> Prepared {
     }
     if !matches!(k, Kind::Send | Kind::SendImm) {
         p.addr = res.mr.addr() + p.target_off as u64;
-        p.rkey = res.mr.rkey();
+        p.rkey = res.mr.rkey().value();
     }
     p
 }
@@ -618,7 +623,8 @@ fn server(args: &Args) -> i32 {
         .or_else(|_| TcpListener::bind(("0.0.0.0", args.port)))
         .unwrap_or_else(|e| die(format!("cannot listen on tcp port {}: {e}", args.port)));
     println!("info: listening on tcp port {}", args.port);
-    let (stream, _) = listener.accept().unwrap_or_else(|e| die(format!("accept: {e}")));
+    let stream = accept_within(&listener, Duration::from_secs(60))
+        .unwrap_or_else(|e| die(format!("no client within 60 s on tcp port {}: {e}", args.port)));
     drop(listener);
     let local = args.dev.clone().unwrap_or_else(|| {
         let ip = stream.local_addr().map(|a| a.ip()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
@@ -650,9 +656,9 @@ fn server(args: &Args) -> i32 {
     }
     let (mtu, size) = (mtu.unwrap_or(Mtu::Mtu1024), peer.size);
     let res = Res::open(&local, size, Access::ALL, args);
-    let psn = args.psn.unwrap_or_else(rand_psn) & 0xff_ffff;
-    res.connect(&peer, args.gid_index, mtu, psn);
-    let gid = res.qp.device().gid(args.gid_index).unwrap_or_else(|e| die(e));
+    let psn = args.psn.map_or_else(random_psn, Psn::new);
+    res.connect(&peer, res.gid_index(args), mtu, psn);
+    let gid = res.dev.gid(res.gid_index(args)).unwrap_or_else(|e| die(e));
     let me = Hello { qpn: res.qp.qp_num(), psn, gid, mtu: peer.mtu, size };
     ch.send(&hello_line(&me));
     let _ = ch.w.set_nodelay(true);
@@ -701,10 +707,10 @@ fn print_info(role: &str, me: &Hello, peer: &Hello) {
     println!(
         "info: role {role}, local qpn 0x{:06x} psn 0x{:06x} gid {}, remote qpn 0x{:06x} psn 0x{:06x} gid {}, mtu {}, size {}",
         me.qpn,
-        me.psn,
+        me.psn.value(),
         hex(&me.gid),
         peer.qpn,
-        peer.psn,
+        peer.psn.value(),
         hex(&peer.gid),
         me.mtu,
         me.size
@@ -714,13 +720,6 @@ fn print_info(role: &str, me: &Hello, peer: &Hello) {
 fn finish(nok: usize) -> i32 {
     println!("result: {} {nok}/14", if nok == 14 { "PASS" } else { "FAIL" });
     if nok == 14 { 0 } else { 1 }
-}
-
-fn rand_psn() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    h.finish() as u32 & 0xff_ffff
 }
 
 fn main() {
@@ -734,4 +733,23 @@ fn main() {
         _ => die("give -s (server) or the server's address (client)"),
     };
     exit(code)
+}
+
+/// Accepts one client, waiting at most `limit` (a server started on its own is not left
+/// waiting forever when its client never comes).
+fn accept_within(listener: &TcpListener, limit: Duration) -> std::io::Result<TcpStream> {
+    listener.set_nonblocking(true)?;
+    let deadline = Instant::now() + limit;
+    loop {
+        match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }

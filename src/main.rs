@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 
 /// A userspace Soft-RoCE (RoCEv2) stack: tools that speak the same packets as kernel rxe.
 #[derive(Parser, Debug)]
-#[command(name = "softroce", version, about)]
+#[command(name = "softroce", version, about, after_help = cli::common::EXIT_CODES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

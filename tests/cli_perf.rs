@@ -97,8 +97,22 @@ fn finish(mut child: Child, readers: [thread::JoinHandle<String>; 2], what: &str
     Output { code: status.code().unwrap_or(-1), stdout: o.join().unwrap(), stderr: e.join().unwrap() }
 }
 
-/// Runs `softroce perf <test>` as a server and as a client against it.
+/// Runs `softroce perf <test>` as a server and as a client against it; both must succeed.
 fn pair(test: &str, server_args: &[&str], client_args: &[&str]) -> (Output, Output) {
+    let (s, c) = pair_outcome(test, server_args, client_args, None);
+    assert_eq!(c.code, 0, "{test} client failed: {c:?}\nserver: {s:?}");
+    assert_eq!(s.code, 0, "{test} server failed: {s:?}\nclient: {c:?}");
+    (s, c)
+}
+
+/// Runs `softroce perf <test>` as a server and as a client against it, however they end; with
+/// `kill_client_after`, the client is killed (SIGKILL) after that long.
+fn pair_outcome(
+    test: &str,
+    server_args: &[&str],
+    client_args: &[&str],
+    kill_client_after: Option<Duration>,
+) -> (Output, Output) {
     let n = net();
     let mut server = bin()
         .args(["perf", test, "-d", &n.server, "-p", &n.port])
@@ -123,10 +137,12 @@ fn pair(test: &str, server_args: &[&str], client_args: &[&str]) -> (Output, Outp
         .spawn()
         .unwrap();
     let client_readers = collect(&mut client, None);
+    if let Some(after) = kill_client_after {
+        thread::sleep(after);
+        client.kill().unwrap();
+    }
     let c = finish(client, client_readers, "client");
     let s = finish(server, server_readers, "server");
-    assert_eq!(c.code, 0, "{test} client failed: {c:?}\nserver: {s:?}");
-    assert_eq!(s.code, 0, "{test} server failed: {s:?}\nclient: {c:?}");
     (s, c)
 }
 
@@ -427,11 +443,14 @@ fn duration_mode() {
 #[test]
 fn client_without_server() {
     let n = net();
-    let out = single(&["write-bw", "-d", &n.client, "-p", &n.port, &n.server]);
+    let t0 = std::time::Instant::now();
+    let out = single(&["write-bw", "-d", &n.client, "-p", &n.port, "--connect-timeout", "1", &n.server]);
     assert_eq!(out.code, 3, "{out:?}");
+    assert!(t0.elapsed() >= std::time::Duration::from_millis(700), "retried for about 1 s: {out:?}");
     assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
     assert!(out.stderr.starts_with("softroce perf: cannot connect to"), "{out:?}");
     assert!(out.stderr.contains("start the server first") && out.stderr.contains("-p"), "{out:?}");
+    assert!(out.stderr.contains("retried for 1 s") && out.stderr.contains("--connect-timeout"), "{out:?}");
 }
 
 #[test]
@@ -451,6 +470,7 @@ fn bad_flag_values() {
         (&["read-bw", "-I", "64"], "Inline feature not available on READ/Atomic verbs"),
         (&["write-bw", "-i", "2"], "single port"),
         (&["write-bw", "-D", "2", "-f", "1"], "DURATION > 2*MARGIN"),
+        (&["write-bw", "-s", "-5"], "-s -5: Message Size should be between 1 and 2147483647"),
     ];
     for (args, want) in usage_errors {
         let out = single(args);
@@ -555,4 +575,51 @@ fn incompatible_version() {
     assert_eq!(out.code, 3, "{out:?}");
     assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
     assert!(out.stderr.contains("not perftest 5.70+ compatible (sent version \"5.60\")"), "{out:?}");
+}
+
+/// A server nobody connects to gives up after --peer-timeout, with exit 3.
+#[test]
+fn server_without_client_gives_up() {
+    let n = net();
+    let t0 = Instant::now();
+    let out = single(&["write-bw", "-d", &n.server, "-p", &n.port, "--peer-timeout", "1"]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert!(out.stderr.contains("no client connected") && out.stderr.contains("--peer-timeout"), "{out:?}");
+}
+
+/// A client killed in the middle of a run: the server notices the closed side channel at once
+/// (not after --peer-timeout), both while it waits on the channel (write-bw) and while it
+/// waits for completions (send-bw).
+#[test]
+fn peer_killed_mid_run_ends_the_server() {
+    for test in ["write-bw", "send-bw"] {
+        let t0 = Instant::now();
+        let (s, _) = pair_outcome(test, &["-D", "30"], &["-D", "30"], Some(Duration::from_secs(2)));
+        assert_eq!(s.code, 3, "{test}: {s:?}");
+        assert!(t0.elapsed() < Duration::from_secs(15), "{test}: took {:?}", t0.elapsed());
+        assert!(s.stderr.contains("closed") && s.stderr.contains("exited or was stopped"), "{test}: {s:?}");
+    }
+}
+
+/// A send-bw server whose client sends fewer messages than it expects (here: a smaller -n;
+/// over a lossy path: lost UC messages) reports what arrived once the client has finished,
+/// with exit 1, instead of waiting forever; the client is not disturbed.
+#[test]
+fn receiver_short_of_messages_reports_instead_of_hanging() {
+    for conn in ["RC", "UC"] {
+        let t0 = Instant::now();
+        let (s, c) = pair_outcome("send-bw", &["-c", conn, "-n", "40"], &["-c", conn, "-n", "25"], None);
+        assert_eq!(c.code, 0, "{conn} client: {c:?}\nserver: {s:?}");
+        assert_eq!(s.code, 1, "{conn} server: {s:?}");
+        assert!(t0.elapsed() < Duration::from_secs(15), "{conn}: took {:?}", t0.elapsed());
+        assert!(s.stderr.contains("received 25 of 40 messages, 15 missing"), "{conn}: {s:?}");
+        if conn == "UC" {
+            assert!(s.stderr.contains("UC does not retransmit"), "{s:?}");
+        }
+        // The report row counts what arrived.
+        let r = rows(&s.stdout);
+        assert_eq!(r.len(), 1, "{s:?}");
+        assert_eq!((r[0][0], r[0][1]), (65536.0, 25.0), "{s:?}");
+    }
 }

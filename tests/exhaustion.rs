@@ -61,8 +61,8 @@ fn connect_with(
     for (is_a, x, qx, y, qy) in [(true, a, qa, b, qb), (false, b, qb, a, qa)] {
         qx.modify(&QpAttrs::init(Access::ALL)).unwrap();
         let av = AddressVector::new(y.dev.gid(y.dev.default_gid_index()).unwrap(), x.dev.default_gid_index());
-        let mut rtr = QpAttrs::rtr(av, Mtu::Mtu1024, qy.qp_num(), 0x1000);
-        let mut rts = QpAttrs::rts(0x1000);
+        let mut rtr = QpAttrs::rtr(av, Mtu::Mtu1024, qy.qp_num(), Psn::new(0x1000));
+        let mut rts = QpAttrs::rts(Psn::new(0x1000));
         rts.timeout = Some(10); // 4 ms
         tweak(is_a, &mut rtr, &mut rts);
         qx.modify(&rtr).unwrap();
@@ -73,7 +73,7 @@ fn connect_with(
 /// Polls `cq` until `n` completions arrived (or `limit` passed).
 fn collect(cq: &CompletionQueue, n: usize, limit: Duration) -> Vec<WorkCompletion> {
     let mut out = Vec::new();
-    let mut wcs = [WorkCompletion::new(0, WcStatus::GeneralErr, WcOpcode::Send, 0); 64];
+    let mut wcs = [WorkCompletion::default(); 64];
     let t = Instant::now();
     while out.len() < n && t.elapsed() < limit {
         match cq.poll_wait(&mut wcs, Duration::from_millis(10)) {
@@ -123,7 +123,7 @@ fn receive_cq_overrun_is_a_cq_error_and_the_qp_goes_to_error() {
     let ev = events(&b.dev);
     assert!(ev.contains(&AsyncEvent::CqError { cq: b_rcq.cq_num() }), "{ev:?}");
     assert!(!ev.contains(&AsyncEvent::CqError { cq: b_scq.cq_num() }), "{ev:?}");
-    let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 16];
+    let mut wcs = [WorkCompletion::default(); 16];
     assert_eq!(b_rcq.poll(&mut wcs).unwrap(), 4);
     assert!(matches!(b_rcq.poll(&mut wcs), Err(Error::CqOverflow)));
     // The sender: every request completes, acknowledged or (once B stopped answering) with
@@ -152,7 +152,7 @@ fn send_cq_overrun_is_a_cq_error_and_the_qp_goes_to_error() {
     let ev = events(&a.dev);
     assert!(ev.contains(&AsyncEvent::CqError { cq: a_scq.cq_num() }), "{ev:?}");
     assert!(!ev.contains(&AsyncEvent::CqError { cq: a_rcq.cq_num() }), "{ev:?}");
-    let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 16];
+    let mut wcs = [WorkCompletion::default(); 16];
     assert_eq!(a_scq.poll(&mut wcs).unwrap(), 4);
     assert!(matches!(a_scq.poll(&mut wcs), Err(Error::CqOverflow)));
 }

@@ -54,3 +54,27 @@ fn lab_sequence_between_two_processes() {
     run(4096, 100_000, "fffff0", base + 1); // PSNs wrap through 0
     run(256, 100, "0", base + 2);
 }
+
+/// examples/send_recv between two processes: the documented RECV + SEND program works as its
+/// comment says, started from one shell line (the client waits for the server to listen).
+#[test]
+fn send_recv_example_between_two_processes() {
+    let bin = common::example("send_recv");
+    let (sa, ca) = (common::verbs::loopback_ip(), common::verbs::loopback_ip());
+    let port = (40000 + std::process::id() % 20000).to_string();
+    let client = Command::new(&bin)
+        .args(["-d", &ca, "-p", &port, "-n", "50", &sa])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let server = Command::new(&bin).args(["-d", &sa, "-p", &port, "-n", "50"]).output().unwrap();
+    let client = client.wait_with_output().unwrap();
+    let (c, s) = (String::from_utf8_lossy(&client.stdout), String::from_utf8_lossy(&server.stdout));
+    let errs =
+        String::from_utf8_lossy(&client.stderr).into_owned() + &String::from_utf8_lossy(&server.stderr);
+    assert!(client.status.success() && server.status.success(), "client:\n{c}\nserver:\n{s}\n{errs}");
+    assert!(c.contains("50 messages, 50 answers checked"), "{c}");
+    assert!(s.contains("50 messages, 0 answers checked"), "{s}");
+}

@@ -4,7 +4,9 @@
 //! byte and every completion's order verified.
 //!
 //! Needs root (namespaces, veth, nftables) and the `ip` and `nft` commands (`.ci/deps` installs
-//! them). The namespaces are created and removed by the test.
+//! them), so the tests are `#[ignore]`d: `cargo test` lists them as ignored, and root runs them
+//! with `cargo test --test netns_loss -- --ignored` (.ci/run does). The namespaces are created
+//! and removed by the test.
 
 mod common;
 
@@ -74,18 +76,13 @@ impl Drop for Netns {
 /// timeouts (7 retries of 67 ms) are not meant to measure CPU starvation.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn privileged() -> bool {
-    if std::env::var_os("SOFTROCE_SKIP_PRIVILEGED").is_some() {
-        eprintln!("skipped: SOFTROCE_SKIP_PRIVILEGED is set");
-        return false;
-    }
+fn require_root() {
     let uid = sh(&["id", "-u"]);
     assert_eq!(
         uid.trim(),
         "0",
-        "this test needs root (network namespaces, veth, nftables); set SOFTROCE_SKIP_PRIVILEGED=1 to skip it"
+        "this test needs root (network namespaces, veth, nftables); plain `cargo test` leaves it out (ignored)"
     );
-    true
 }
 
 /// What a bulk run printed, client then server.
@@ -166,10 +163,9 @@ impl Drop for CpuHogs {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces, veth, nftables): run with `cargo test --test netns_loss -- --ignored` as root, as .ci/run does"]
 fn gigabyte_through_veth_with_random_drop() {
-    if !privileged() {
-        return;
-    }
+    require_root();
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let tag = std::process::id() % 100_000;
     // With GSO, veth carries whole runs of up to 64 KiB and a drop loses a burst of packets;
@@ -185,12 +181,12 @@ fn gigabyte_through_veth_with_random_drop() {
 /// rxe, in softirq, does not), and a timer that counted that time would spend the retry budget
 /// on a busy machine instead of a dead peer. Every byte verified, no error completion.
 #[test]
+#[ignore = "needs root (network namespaces, veth, nftables): run with `cargo test --test netns_loss -- --ignored` as root, as .ci/run does"]
 fn gigabyte_through_veth_with_random_drop_while_cpu_starved() {
-    if !privileged() {
-        return;
-    }
+    require_root();
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let timeout = softroce::verbs::QpAttrs::rts(0).timeout.expect("rts sets the ACK timeout");
+    let timeout =
+        softroce::verbs::QpAttrs::rts(softroce::wire::Psn::new(0)).timeout.expect("rts sets the ACK timeout");
     assert_eq!(timeout, 14, "the library default this test is about");
     let tag = std::process::id() % 100_000 + 7;
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -252,10 +248,9 @@ fn datagrams_with_loss(qp_type: &str, size: &str, tag: u32) {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces, veth, nftables): run with `cargo test --test netns_loss -- --ignored` as root, as .ci/run does"]
 fn uc_and_ud_through_veth_with_random_drop() {
-    if !privileged() {
-        return;
-    }
+    require_root();
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let tag = std::process::id() % 100_000 + 5;
     datagrams_with_loss("ud", "1024", tag);

@@ -235,10 +235,10 @@ fn retry_cnt_seven_means_seven_retries() {
 #[test]
 fn rkey_violations_are_remote_access_errors() {
     for (what, remote, len) in [
-        ("wrong rkey", RemoteAddr { addr: TGT_ADDR, rkey: 0x999 }, 8),
+        ("wrong rkey", RemoteAddr { addr: TGT_ADDR, rkey: Rkey::new(0x999) }, 8),
         ("past the end", Duo::remote(LEN as u64 - 4), 8),
-        ("before the start", RemoteAddr { addr: TGT_ADDR - 8, rkey: TGT }, 8),
-        ("local-only region", RemoteAddr { addr: BUF_ADDR, rkey: BUF }, 8),
+        ("before the start", RemoteAddr { addr: TGT_ADDR - 8, rkey: Rkey::new(TGT) }, 8),
+        ("local-only region", RemoteAddr { addr: BUF_ADDR, rkey: Rkey::new(BUF) }, 8),
     ] {
         let mut d = duo();
         d.b.post_recv(RecvWr::new(5, &[Duo::sge(0, 8)])).unwrap();
@@ -387,7 +387,7 @@ fn partial_retry_of_a_multi_packet_write() {
 fn remote_operational_error() {
     let mut d = duo();
     // The receive WQE names a key that does not exist: the responder cannot place the data.
-    d.b.post_recv(RecvWr::new(1, &[Sge { addr: 0, length: 64, lkey: 0xbad }])).unwrap();
+    d.b.post_recv(RecvWr::new(1, &[Sge { addr: 0, length: 64, lkey: Lkey::new(0xbad) }])).unwrap();
     send(&mut d, 1, 0, 10);
     d.settle();
     assert_eq!(d.a_send[0].status, WcStatus::RemOpErr);
@@ -586,13 +586,13 @@ fn immediate_and_invalidated_rkey_reach_the_receive_completion() {
     recv(&mut d, 2, 0, 64);
     recv(&mut d, 3, 0, 64);
     d.a.post_send(SendWr::new(1, SendOp::SendWithImm(0xdead_beef), &[Duo::sge(0, 5)])).unwrap();
-    d.a.post_send(SendWr::new(2, SendOp::SendWithInv(0x77), &[Duo::sge(0, 5)])).unwrap();
+    d.a.post_send(SendWr::new(2, SendOp::SendWithInv(Rkey::new(0x77)), &[Duo::sge(0, 5)])).unwrap();
     d.a.post_send(SendWr::new(3, SendOp::RdmaWriteWithImm(Duo::remote(0), 0x0102_0304), &[Duo::sge(0, 50)]))
         .unwrap();
     d.settle();
     let r = &d.b_recv;
     assert_eq!((r[0].opcode, r[0].imm_data, r[0].byte_len), (WcOpcode::Recv, Some(0xdead_beef), 5));
-    assert_eq!((r[1].invalidated_rkey, r[1].imm_data), (Some(0x77), None));
+    assert_eq!((r[1].invalidated_rkey, r[1].imm_data), (Some(Rkey::new(0x77)), None));
     assert!(!d.mb.is_valid(0x77));
     assert_eq!(
         (r[2].opcode, r[2].imm_data, r[2].byte_len),
@@ -707,7 +707,7 @@ fn modify_and_post_misuse_are_typed_errors() {
         state: Some(QpState::Rtr),
         av: true,
         path_mtu: Some(Mtu::Mtu1024),
-        dest_qpn: Some(0x21),
+        dest_qpn: Some(Qpn::new(0x21)),
         rq_psn: Some(Psn::new(1)),
         max_dest_rd_atomic: Some(200),
         min_rnr_timer: Some(12),
@@ -732,15 +732,15 @@ fn modify_and_post_misuse_are_typed_errors() {
     };
     assert_eq!(qp.modify(&rts), Err(ModifyError::InvalidAttribute("retry_cnt")));
     qp.modify(&QpAttrUpdate { retry_cnt: Some(7), ..rts }).unwrap();
-    let sges = [Sge { addr: 0, length: 1, lkey: 1 }; 5];
+    let sges = [Sge { addr: 0, length: 1, lkey: Lkey::new(1) }; 5];
     assert!(matches!(
         qp.post_send(SendWr::new(1, SendOp::Send, &sges)),
         Err(PostError::TooManySge { got: 5, max: 4 })
     ));
     let bad_atomic = SendWr::new(
         1,
-        SendOp::FetchAdd { remote: RemoteAddr { addr: 4, rkey: 1 }, add: 1 },
-        &[Sge { addr: 0, length: 8, lkey: 1 }],
+        SendOp::FetchAdd { remote: RemoteAddr { addr: 4, rkey: Rkey::new(1) }, add: 1 },
+        &[Sge { addr: 0, length: 8, lkey: Lkey::new(1) }],
     );
     assert_eq!(qp.post_send(bad_atomic), Err(PostError::BadAtomic));
     let mut inline = SendWr::new(1, SendOp::Send, &[]);
@@ -763,7 +763,7 @@ fn modify_and_post_misuse_are_typed_errors() {
         state: Some(QpState::Rtr),
         av: true,
         path_mtu: Some(Mtu::Mtu1024),
-        dest_qpn: Some(5),
+        dest_qpn: Some(Qpn::new(5)),
         rq_psn: Some(Psn::new(0)),
         ..Default::default()
     })

@@ -154,7 +154,7 @@ fn replay(name: &str) -> usize {
             state: Some(QpState::Rtr),
             av: true,
             path_mtu: Some(Mtu::Mtu1024),
-            dest_qpn: Some(dest),
+            dest_qpn: Some(Qpn::new(dest)),
             rq_psn: Some(psn_of(requests[0])),
             max_dest_rd_atomic: Some(128),
             min_rnr_timer: Some(12),
@@ -164,7 +164,7 @@ fn replay(name: &str) -> usize {
         for i in 0..2000u64 {
             qp.post_recv(RecvWr::new(
                 i,
-                &[Sge { addr: 0x7000_0000 + i * 65536, length: 65536, lkey: 0xabc }],
+                &[Sge { addr: 0x7000_0000 + i * 65536, length: 65536, lkey: Lkey::new(0xabc) }],
             ))
             .unwrap();
         }
@@ -270,7 +270,7 @@ fn ud_sends_from_rxe_are_received() {
                 for u in [
                     QpAttrUpdate {
                         state: Some(QpState::Init),
-                        qkey: Some(qkey),
+                        qkey: Some(Qkey::new(qkey)),
                         port: true,
                         pkey_index: true,
                         ..Default::default()
@@ -285,7 +285,8 @@ fn ud_sends_from_rxe_are_received() {
                     qp.modify(&u).unwrap();
                 }
                 qp.set_ud_mtu(Mtu::Mtu4096);
-                qp.post_recv(RecvWr::new(7, &[Sge { addr: 0x1000, length: 8192, lkey: 0x10 }])).unwrap();
+                qp.post_recv(RecvWr::new(7, &[Sge { addr: 0x1000, length: 8192, lkey: Lkey::new(0x10) }]))
+                    .unwrap();
                 qp.handle_packet_grh(Time::ZERO, &p, Some(&grh), &mem);
                 let wc = qp.poll_recv_completion();
                 if !delivered {
@@ -296,7 +297,7 @@ fn ud_sends_from_rxe_are_received() {
                 let wc = wc.expect("a receive completion");
                 let len = p.payload().len();
                 assert_eq!(
-                    (wc.status, wc.byte_len as usize, wc.src_qp, wc.grh, wc.imm_data),
+                    (wc.status, wc.byte_len as usize, wc.src_qp.value(), wc.grh, wc.imm_data),
                     (WcStatus::Success, GRH_LEN + len, deth.src_qp(), true, p.immdt().map(|i| i.imm())),
                     "{name}"
                 );

@@ -53,17 +53,17 @@ fn uc_pair(a: Device, b: Device, buf: usize, mtu: Mtu) -> (Node, Node) {
     for (x, y, rq, sq) in [(&a, &b, 200, 100), (&b, &a, 100, 200)] {
         x.qp.modify(&QpAttrs::init(Access::REMOTE_WRITE)).unwrap();
         let av = AddressVector::new(y.gid(), x.dev.default_gid_index());
-        x.qp.modify(&QpAttrs::rtr_uc(av, mtu, y.qp.qp_num(), rq)).unwrap();
-        x.qp.modify(&QpAttrs::rts_unreliable(sq)).unwrap();
+        x.qp.modify(&QpAttrs::rtr_uc(av, mtu, y.qp.qp_num(), Psn::new(rq))).unwrap();
+        x.qp.modify(&QpAttrs::rts_unreliable(Psn::new(sq))).unwrap();
     }
     (a, b)
 }
 
 fn ud_node(dev: Device, buf: usize) -> Node {
     let n = Node::new(dev, QpType::Ud, buf);
-    n.qp.modify(&QpAttrs::init_ud(QKEY)).unwrap();
+    n.qp.modify(&QpAttrs::init_ud(Qkey::new(QKEY))).unwrap();
     n.qp.modify(&QpAttrs::rtr_ud()).unwrap();
-    n.qp.modify(&QpAttrs::rts_unreliable(0x42)).unwrap();
+    n.qp.modify(&QpAttrs::rts_unreliable(Psn::new(0x42))).unwrap();
     n
 }
 
@@ -113,7 +113,7 @@ fn uc_send_and_write_with_and_without_immediate() {
     let e = a.qp.post_send(SendWr::new(14, SendOp::RdmaRead(remote), &[a.mr.sge(0, 8)])).unwrap_err();
     assert!(matches!(e, Error::Post(PostError::OpNotSupported)), "{e}");
     // A bad R_Key: the message is dropped silently (no NAK on UC), the QPs go on.
-    let bad = RemoteAddr { addr: b.mr.addr(), rkey: b.mr.rkey() ^ 0x55 };
+    let bad = RemoteAddr { addr: b.mr.addr(), rkey: Rkey::new(b.mr.rkey().value() ^ 0x55) };
     a.qp.post_send(SendWr::new(15, SendOp::RdmaWrite(bad), &[a.mr.sge(0, 100)])).unwrap();
     assert_eq!(a.wait().status, WcStatus::Success, "UC completes at the sender when sent");
     b.qp.post_recv(RecvWr::new(4, &[b.mr.sge(0, 100)])).unwrap();
@@ -201,7 +201,7 @@ fn ud_send_fills_the_grh_and_reports_the_source() {
     a.mr.write(0, &numbered(5, 1000)).unwrap();
     b.qp.post_recv(RecvWr::new(1, &[b.mr.sge(0, 40 + 1024)])).unwrap();
     let mut wr = SendWr::new(9, SendOp::SendWithImm(0x1234), &[a.mr.sge(0, 1000)]);
-    wr.ud = Some(ah.dest(b.qp.qp_num(), QKEY));
+    wr.ud = Some(ah.dest(b.qp.qp_num(), Qkey::new(QKEY)));
     a.qp.post_send(wr).unwrap();
     assert_eq!(a.wait().status, WcStatus::Success);
     let wc = b.wait();
@@ -228,13 +228,13 @@ fn ud_send_fills_the_grh_and_reports_the_source() {
     // A privileged Q_Key in the work request means "the QP's own": it matches.
     b.qp.post_recv(RecvWr::new(2, &[b.mr.sge(0, 40 + 1024)])).unwrap();
     let mut wr = SendWr::new(10, SendOp::Send, &[a.mr.sge(0, 8)]);
-    wr.ud = Some(ah.dest(b.qp.qp_num(), 0x8000_0000));
+    wr.ud = Some(ah.dest(b.qp.qp_num(), Qkey::new(0x8000_0000)));
     a.qp.post_send(wr).unwrap();
     assert_eq!(a.wait().status, WcStatus::Success);
     assert_eq!(b.wait().wr_id, 2);
     // A wrong Q_Key is dropped silently and counted.
     let mut wr = SendWr::new(11, SendOp::Send, &[a.mr.sge(0, 8)]);
-    wr.ud = Some(ah.dest(b.qp.qp_num(), 0x2222));
+    wr.ud = Some(ah.dest(b.qp.qp_num(), Qkey::new(0x2222)));
     a.qp.post_send(wr).unwrap();
     assert_eq!(a.wait().status, WcStatus::Success);
     std::thread::sleep(Duration::from_millis(100));
@@ -243,21 +243,22 @@ fn ud_send_fills_the_grh_and_reports_the_source() {
     // The next datagram with the right Q_Key is received as usual.
     b.qp.post_recv(RecvWr::new(4, &[b.mr.sge(0, 40 + 1024)])).unwrap();
     let mut wr = SendWr::new(12, SendOp::Send, &[a.mr.sge(0, 1000)]);
-    wr.ud = Some(ah.dest(b.qp.qp_num(), QKEY));
+    wr.ud = Some(ah.dest(b.qp.qp_num(), Qkey::new(QKEY)));
     a.qp.post_send(wr).unwrap();
     assert_eq!(a.wait().status, WcStatus::Success);
     let wc = b.wait();
     assert_eq!((wc.wr_id, wc.status, wc.byte_len), (4, WcStatus::Success, 1040));
     // Misuse: larger than the path MTU, no destination, an unknown address handle.
     let mut wr = SendWr::new(13, SendOp::Send, &[a.mr.sge(0, 5000)]);
-    wr.ud = Some(ah.dest(b.qp.qp_num(), QKEY));
+    wr.ud = Some(ah.dest(b.qp.qp_num(), Qkey::new(QKEY)));
     assert!(matches!(a.qp.post_send(wr), Err(Error::Post(PostError::MessageTooLong(5000)))));
     let wr = SendWr::new(14, SendOp::Send, &[a.mr.sge(0, 8)]);
     assert!(matches!(a.qp.post_send(wr), Err(Error::Post(PostError::NoDestination))));
     let mut wr = SendWr::new(15, SendOp::Send, &[a.mr.sge(0, 8)]);
-    wr.ud = Some(UdDest { ah: 0xffff_fff0, remote_qpn: 1, remote_qkey: QKEY });
+    wr.ud = Some(UdDest { ah: 0xffff_fff0, remote_qpn: Qpn::new(1), remote_qkey: Qkey::new(QKEY) });
     assert!(matches!(a.qp.post_send(wr), Err(Error::InvalidArgument(_))));
-    let wr = SendWr::new(16, SendOp::RdmaWrite(RemoteAddr { addr: 0, rkey: 0 }), &[a.mr.sge(0, 8)]);
+    let wr =
+        SendWr::new(16, SendOp::RdmaWrite(RemoteAddr { addr: 0, rkey: Rkey::new(0) }), &[a.mr.sge(0, 8)]);
     assert!(matches!(a.qp.post_send(wr), Err(Error::Post(PostError::OpNotSupported))));
 }
 
@@ -270,7 +271,7 @@ fn ud_receive_too_small_for_grh_and_payload_is_loc_len_err() {
     b.qp.post_recv(RecvWr::new(2, &[b.mr.sge(0, 1040)])).unwrap();
     for i in 0..2 {
         let mut wr = SendWr::new(i, SendOp::Send, &[a.mr.sge(0, 1000)]);
-        wr.ud = Some(ah.dest(b.qp.qp_num(), QKEY));
+        wr.ud = Some(ah.dest(b.qp.qp_num(), Qkey::new(QKEY)));
         a.qp.post_send(wr).unwrap();
         assert_eq!(a.wait().status, WcStatus::Success);
     }
@@ -299,7 +300,7 @@ fn ud_under_loss_loses_datagrams_never_corrupts_or_duplicates() {
     }
     for i in 0..N {
         let mut wr = SendWr::new(i as u64, SendOp::Send, &[a.mr.sge(i as usize * LEN, LEN as u32)]);
-        wr.ud = Some(ah.dest(b.qp.qp_num(), QKEY));
+        wr.ud = Some(ah.dest(b.qp.qp_num(), Qkey::new(QKEY)));
         a.qp.post_send(wr).unwrap();
         assert_eq!(a.wait().status, WcStatus::Success);
     }
@@ -347,8 +348,8 @@ fn srq_shared_by_many_qps_with_its_limit_event() {
         for (x, y, dx, dy) in [(s, r, &d1, &d2), (r, s, &d2, &d1)] {
             x.modify(&QpAttrs::init(Access::ALL)).unwrap();
             let av = AddressVector::new(dy.gid(dy.default_gid_index()).unwrap(), dx.default_gid_index());
-            x.modify(&QpAttrs::rtr(av, Mtu::Mtu1024, y.qp_num(), 7)).unwrap();
-            x.modify(&QpAttrs::rts(7)).unwrap();
+            x.modify(&QpAttrs::rtr(av, Mtu::Mtu1024, y.qp_num(), Psn::new(7))).unwrap();
+            x.modify(&QpAttrs::rts(Psn::new(7))).unwrap();
         }
     }
     // Receives go to the SRQ, not the QP.
@@ -396,7 +397,7 @@ fn srq_shared_by_many_qps_with_its_limit_event() {
     let mut next = [0u64; QPS];
     let mut received = 0u64;
     let mut sent = 0u64;
-    let mut wcs = [WorkCompletion::new(0, WcStatus::GeneralErr, WcOpcode::Send, 0); 64];
+    let mut wcs = [WorkCompletion::new(0, WcStatus::GeneralErr, WcOpcode::Send, Qpn::new(0)); 64];
     let t = std::time::Instant::now();
     while received < total || sent < total {
         assert!(t.elapsed() < Duration::from_secs(60), "stalled: received {received}, sent {sent}");
@@ -472,7 +473,7 @@ fn srq_misuse_is_a_typed_error() {
     let pd2_qp = pd2.create_qp(&init);
     assert!(matches!(pd2_qp, Err(Error::InvalidArgument(_))), "an SRQ of another PD");
     // An address handle to another address family.
-    let av = AddressVector::new(Gid::from_ip("::1".parse().unwrap()), 1);
+    let av = AddressVector::new(Gid::from_ip("::1".parse().unwrap()), GidIndex::new(1));
     assert!(matches!(pd.create_ah(&av), Err(Error::Unreachable(_))));
 }
 
@@ -489,9 +490,9 @@ fn ud_qps_can_share_a_receive_queue() {
             let mut init = QpInitAttr::ud(&cq, &cq);
             init.srq = Some(&srq);
             let qp = pd.create_qp(&init).unwrap();
-            qp.modify(&QpAttrs::init_ud(QKEY)).unwrap();
+            qp.modify(&QpAttrs::init_ud(Qkey::new(QKEY))).unwrap();
             qp.modify(&QpAttrs::rtr_ud()).unwrap();
-            qp.modify(&QpAttrs::rts_unreliable(1)).unwrap();
+            qp.modify(&QpAttrs::rts_unreliable(Psn::new(1))).unwrap();
             qp
         })
         .collect();
@@ -504,7 +505,7 @@ fn ud_qps_can_share_a_receive_queue() {
     for i in 0..30u32 {
         a.mr.write(0, &numbered(i, 512)).unwrap();
         let mut wr = SendWr::new(i as u64, SendOp::Send, &[a.mr.sge(0, 512)]);
-        wr.ud = Some(ah.dest(qps[i as usize % 3].qp_num(), QKEY));
+        wr.ud = Some(ah.dest(qps[i as usize % 3].qp_num(), Qkey::new(QKEY)));
         a.qp.post_send(wr).unwrap();
         assert_eq!(a.wait().status, WcStatus::Success);
         let wc = cq.poll_one_wait(Duration::from_secs(10)).unwrap().expect("a receive");

@@ -18,7 +18,9 @@ fn dev() -> Device {
 #[test]
 fn misuse_is_a_typed_error() {
     let d = dev();
-    assert!(matches!(d.gid(9), Err(Error::GidIndex { index: 9, len: 2 })));
+    assert!(
+        matches!(d.gid(GidIndex::new(9)), Err(Error::GidIndex { index, len: 2 }) if index == GidIndex::new(9))
+    );
     assert!(matches!(Device::open(DeviceConfig::new("192.0.2.77")), Err(Error::NoSuchAddress(_))));
     assert!(matches!(Device::open(DeviceConfig::new("nosuchif0")), Err(Error::NoSuchInterface(_))));
     let pd = d.alloc_pd().unwrap();
@@ -42,8 +44,10 @@ fn misuse_is_a_typed_error() {
     ));
     qp.modify(&QpAttrs::init(Access::ALL)).unwrap();
     // Bad SGEs.
-    let bad = Sge { addr: mr.addr(), length: 8, lkey: 0xdead_beef };
-    assert!(matches!(qp.post_recv(RecvWr::new(1, &[bad])), Err(Error::BadLkey(0xdead_beef))));
+    let bad = Sge { addr: mr.addr(), length: 8, lkey: Lkey::new(0xdead_beef) };
+    assert!(
+        matches!(qp.post_recv(RecvWr::new(1, &[bad])), Err(Error::BadLkey(k)) if k == Lkey::new(0xdead_beef))
+    );
     assert!(matches!(qp.post_recv(RecvWr::new(1, &[other.sge(0, 8)])), Err(Error::PdMismatch(_))));
     assert!(matches!(qp.post_recv(RecvWr::new(1, &[mr.sge(4000, 200)])), Err(Error::SgeOutOfRegion { .. })));
     assert!(matches!(qp.post_recv(RecvWr::new(1, &[ro.sge(0, 8)])), Err(Error::NotLocalWrite(_))));
@@ -56,10 +60,16 @@ fn misuse_is_a_typed_error() {
         Err(Error::Post(softroce::transport::PostError::QueueFull))
     ));
     // Address vectors.
-    let av = AddressVector::new(Gid::from_ip("::1".parse().unwrap()), 1);
-    assert!(matches!(qp.modify(&QpAttrs::rtr(av, Mtu::Mtu1024, 0x12, 0)), Err(Error::Unreachable(_))));
-    let av = AddressVector::new(Gid::from_ip("127.0.0.1".parse().unwrap()), 7);
-    assert!(matches!(qp.modify(&QpAttrs::rtr(av, Mtu::Mtu1024, 0x12, 0)), Err(Error::GidIndex { .. })));
+    let av = AddressVector::new(Gid::from_ip("::1".parse().unwrap()), GidIndex::new(1));
+    assert!(matches!(
+        qp.modify(&QpAttrs::rtr(av, Mtu::Mtu1024, Qpn::new(0x12), Psn::new(0))),
+        Err(Error::Unreachable(_))
+    ));
+    let av = AddressVector::new(Gid::from_ip("127.0.0.1".parse().unwrap()), GidIndex::new(7));
+    assert!(matches!(
+        qp.modify(&QpAttrs::rtr(av, Mtu::Mtu1024, Qpn::new(0x12), Psn::new(0))),
+        Err(Error::GidIndex { .. })
+    ));
     // Region access through the handle.
     assert!(mr.write(4090, &[0; 10]).is_err());
     assert!(mr.atomic_u64(3).is_err());
@@ -86,7 +96,7 @@ fn cq_overflow_is_a_cq_error_and_stops_the_qp() {
         a.qp.post_send(SendWr::new(i, SendOp::Send, &[a.mr.sge(0, 8)])).unwrap();
     }
     std::thread::sleep(Duration::from_millis(300));
-    let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 16];
+    let mut wcs = [WorkCompletion::default(); 16];
     assert_eq!(small.poll(&mut wcs).unwrap(), 4);
     assert!(matches!(small.poll(&mut wcs), Err(Error::CqOverflow)));
     assert_eq!(b.qp.state(), QpState::Err);
@@ -254,4 +264,91 @@ fn wait_quiet_waits_for_the_peer_to_stop_talking() {
     let t = std::time::Instant::now();
     assert!(a.dev.wait_quiet(Duration::from_millis(80), Duration::from_secs(5)).unwrap());
     assert!(t.elapsed() < Duration::from_secs(1));
+}
+
+/// The typed API: endpoints and `connect`, newtypes, builders, GID lookups, the prelude.
+#[test]
+fn typed_connection_setup_and_builders() {
+    use softroce::prelude::*;
+    let (a, b) = (dev(), dev());
+    let own = a.default_gid_index();
+    assert_eq!(a.gid_index_for(a.ip()), Some(own));
+    assert_eq!(a.gid(own).unwrap(), a.own_gid());
+    assert_eq!(a.gid_index_for("192.0.2.1".parse().unwrap()), None);
+    assert_eq!(a.gid(GidIndex::LINK_LOCAL).unwrap().0[..2], [0xfe, 0x80]);
+
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let init = QpInitAttr::rc(&ca, &ca).max_send_wr(8).max_recv_wr(4).max_send_sge(2).max_inline_data(64);
+    assert_eq!((init.cap.max_send_wr, init.cap.max_recv_wr, init.cap.max_send_sge), (8, 4, 2));
+    let qa = pa.create_qp(&init).unwrap();
+    let qb = pb.create_qp(&QpInitAttr::rc(&cb, &cb).signal_all()).unwrap();
+    let (ea, eb) = (qa.endpoint(Psn::new(0xff_fff0)), qb.endpoint(random_psn()));
+    assert_eq!((ea.gid, ea.qpn), (a.own_gid(), qa.qp_num()));
+    // Another QP's endpoint as "local" is refused; UD QPs have nothing to connect to.
+    assert!(matches!(qa.connect(&eb, &ea, &ConnectOptions::default()), Err(VerbsError::InvalidArgument(_))));
+    qa.connect(&ea, &eb, &ConnectOptions::default()).unwrap();
+    qb.connect(&eb, &ea, &ConnectOptions::default()).unwrap();
+    let info = qa.query().unwrap();
+    assert_eq!(
+        (info.state, info.attr.dest_qpn, info.sq_psn),
+        (QpState::Rts, qb.qp_num(), Psn::new(0xff_fff0))
+    );
+    assert_eq!((info.attr.timeout, info.attr.max_rd_atomic), (14, 16));
+
+    let src = pa.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let dst = pb.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ).unwrap();
+    src.write(0, b"abcdefgh").unwrap();
+    // SEND with immediate (inline), WRITE with immediate, READ back, unsignaled WRITE.
+    qb.post_recv(RecvWr::new(10, &[dst.sge(0, 64)])).unwrap();
+    qb.post_recv(RecvWr::new(11, &[dst.sge(64, 64)])).unwrap();
+    qa.post_send(SendWr::send_with_imm(1, &[], 0x0102_0304).inline(b"inline!")).unwrap();
+    qa.post_send(SendWr::write_with_imm(2, &[src.sge(0, 8)], dst.remote(1000), 7)).unwrap();
+    qa.post_send(SendWr::write(3, &[src.sge(0, 4)], dst.remote(2000)).unsignaled()).unwrap();
+    qa.post_send(SendWr::read(4, &[src.sge(100, 8)], dst.remote(1000)).fenced()).unwrap();
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        got.push(ca.poll_one_wait(std::time::Duration::from_secs(10)).unwrap().expect("a completion"));
+    }
+    assert_eq!(
+        got.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (2, WcStatus::Success), (4, WcStatus::Success)]
+    );
+    let mut back = [0u8; 8];
+    src.read(100, &mut back).unwrap();
+    assert_eq!(&back, b"abcdefgh");
+    let r1 = cb.poll_one_wait(std::time::Duration::from_secs(5)).unwrap().unwrap();
+    let r2 = cb.poll_one_wait(std::time::Duration::from_secs(5)).unwrap().unwrap();
+    assert_eq!((r1.wr_id, r1.imm_data, r1.byte_len, r1.qp_num), (10, Some(0x0102_0304), 7, qb.qp_num()));
+    assert_eq!((r2.wr_id, r2.opcode, r2.imm_data), (11, WcOpcode::RecvRdmaWithImm, Some(7)));
+    assert_eq!(&dst.to_vec()[2000..2004], b"abcd");
+    // A remote address names the region's rkey, a SGE its lkey: two different types.
+    assert_eq!(dst.remote(5), RemoteAddr { addr: dst.addr() + 5, rkey: dst.rkey() });
+    assert_eq!(src.sge(3, 4).lkey, src.lkey());
+}
+
+/// `use softroce::prelude::*` leaves std's `Result` and `Error` alone: with std::error's glob
+/// beside it, a prelude `Error` would make the name ambiguous, a prelude `Result` would not
+/// take two parameters; neither compiles.
+mod prelude_does_not_shadow_std {
+    #[allow(unused_imports)]
+    use softroce::prelude::*;
+    use std::error::*;
+
+    #[derive(Debug)]
+    struct Oops;
+    impl std::fmt::Display for Oops {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("oops")
+        }
+    }
+    impl Error for Oops {}
+
+    #[test]
+    fn result_and_error_are_std_s() {
+        let r: Result<u8, String> = Err("two type parameters: std's Result".into());
+        assert!(r.is_err());
+        let e: Box<dyn Error> = Box::new(Oops);
+        assert_eq!(e.to_string(), "oops");
+    }
 }

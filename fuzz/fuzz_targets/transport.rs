@@ -189,9 +189,9 @@ fuzz_target!(|data: &[u8]| {
                 let off = r.u16().unwrap_or(0) as u64 % (TGT_LEN + 64);
                 let remote = RemoteAddr {
                     addr: TGT_ADDR + (off & !7),
-                    rkey: if kind & 0x80 != 0 { GUARD } else { TGT },
+                    rkey: if kind & 0x80 != 0 { Rkey::new(GUARD) } else { Rkey::new(TGT) },
                 };
-                let sge = [Sge { addr: BUF_ADDR, length: len, lkey: BUF }];
+                let sge = [Sge { addr: BUF_ADDR, length: len, lkey: Lkey::new(BUF) }];
                 let op = match kind % 6 {
                     0 => SendOp::Send,
                     1 => SendOp::SendWithImm(1),
@@ -200,7 +200,7 @@ fuzz_target!(|data: &[u8]| {
                     4 => SendOp::FetchAdd { remote, add: 1 },
                     _ => SendOp::RdmaWriteWithImm(remote, 2),
                 };
-                let sge = if op.is_atomic() { [Sge { addr: BUF_ADDR, length: 8, lkey: BUF }] } else { sge };
+                let sge = if op.is_atomic() { [Sge { addr: BUF_ADDR, length: 8, lkey: Lkey::new(BUF) }] } else { sge };
                 if qa.post_send(SendWr::new(posted, op, &sge)).is_ok() {
                     posted += 1;
                 }
@@ -208,7 +208,7 @@ fuzz_target!(|data: &[u8]| {
             6 => {
                 let _ = qb.post_recv(RecvWr::new(
                     1000 + posted,
-                    &[Sge { addr: BUF_ADDR, length: 32768, lkey: BUF }],
+                    &[Sge { addr: BUF_ADDR, length: 32768, lkey: Lkey::new(BUF) }],
                 ));
             }
             _ => {

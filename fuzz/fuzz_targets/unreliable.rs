@@ -127,16 +127,16 @@ fuzz_target!(|data: &[u8]| {
                 let kind = r.u8().unwrap_or(0);
                 let len = r.u16().unwrap_or(0) as u32 % 12000;
                 let remote =
-                    RemoteAddr { addr: TGT_ADDR + (r.u16().unwrap_or(0) as u64 % TGT_LEN), rkey: TGT };
+                    RemoteAddr { addr: TGT_ADDR + (r.u16().unwrap_or(0) as u64 % TGT_LEN), rkey: Rkey::new(TGT) };
                 let op = match kind % 4 {
                     0 => SendOp::Send,
                     1 => SendOp::SendWithImm(1),
                     2 => SendOp::RdmaWrite(remote),
                     _ => SendOp::RdmaWriteWithImm(remote, 2),
                 };
-                let mut wr = SendWr::new(posted, op, &[Sge { addr: BUF_ADDR, length: len, lkey: BUF }]);
+                let mut wr = SendWr::new(posted, op, &[Sge { addr: BUF_ADDR, length: len, lkey: Lkey::new(BUF) }]);
                 if ud {
-                    wr.ud = Some(UdDest { ah: 1, remote_qpn: qb.qpn(), remote_qkey: QKEY });
+                    wr.ud = Some(UdDest { ah: 1, remote_qpn: Qpn::new(qb.qpn()), remote_qkey: Qkey::new(QKEY) });
                 }
                 if qa.post_send(wr).is_ok() {
                     posted += 1;
@@ -158,7 +158,7 @@ fuzz_target!(|data: &[u8]| {
             4 => {
                 let id = 1000 + posted;
                 posted += 1;
-                let wr = RecvWr::new(id, &[Sge { addr: BUF_ADDR, length: RECV_LEN, lkey: BUF }]);
+                let wr = RecvWr::new(id, &[Sge { addr: BUF_ADDR, length: RECV_LEN, lkey: Lkey::new(BUF) }]);
                 if with_srq {
                     let _ = srq.post_recv(wr);
                 } else {

@@ -7,19 +7,40 @@ use std::time::{Duration, Instant};
 
 use softroce::verbs::{BackendKind, Device, DeviceConfig, Error as VerbsError};
 
-/// Exit codes scripts can rely on (the real tools exit 1 for every failure; these refine it).
+/// Exit codes scripts can rely on, the same for every tool (the real tools exit 1 for every
+/// failure; these refine it). [`EXIT_CODES`] is the table every `--help` shows.
 pub mod exit {
     /// Success.
     pub const OK: i32 = 0;
-    /// The test ran and failed: an error completion, wrong data, a peer-reported failure.
+    /// The test ran and failed: an error completion, wrong data, lost messages, a bad packet
+    /// found by `dump --check`.
     pub const FAILED: i32 = 1;
-    /// Bad command line.
+    /// Bad command line: an unknown flag, or a value outside its range or the device's limits.
     pub const USAGE: i32 = 2;
-    /// The side channel failed: peer not listening, closed early, or not a compatible tool.
+    /// The peer: not listening, closed the side channel early, silent for longer than
+    /// `--peer-timeout`, or not a compatible tool.
     pub const NETWORK: i32 = 3;
-    /// Local setup failed: no such address or interface, GID index, port in use.
+    /// Local setup failed: no such address or interface, GID index, TCP port in use, memory,
+    /// an unreadable file.
     pub const SETUP: i32 = 4;
 }
+
+/// The exit-code table as a literal, for `concat!` in help texts (see [`EXIT_CODES`]).
+#[macro_export]
+macro_rules! exit_codes {
+    () => {
+        "\
+Exit codes (all softroce tools):
+  0  success
+  1  the test ran and failed: error completion, wrong data, lost messages, dump --check found a bad packet
+  2  bad command line: unknown flag, or a value outside its range or the device's limits
+  3  the peer: not listening, closed the connection early, silent past --peer-timeout, not a compatible tool
+  4  local setup: no such address or interface, GID index, TCP port in use, out of memory, unreadable file"
+    };
+}
+
+/// The exit-code table, as every tool's `--help` shows it (and the README).
+pub const EXIT_CODES: &str = exit_codes!();
 
 /// A failure with the exit code it maps to and a one-line message that says what to do.
 #[derive(Debug)]
@@ -65,16 +86,108 @@ impl From<VerbsError> for CliError {
             | VerbsError::NeedsCapNetRaw { .. }
             | VerbsError::RawSocket { .. }
             | VerbsError::GidIndex { .. }
+            | VerbsError::NoMemory(_)
             | VerbsError::Limit { .. } => CliError::setup(e.to_string()),
             other => CliError::failed(other.to_string()),
         }
     }
 }
 
+/// C `strtol(s, NULL, 0)` for a whole string: `0x` hex, leading-`0` octal, or decimal.
+fn parse_c_int(s: &str) -> Option<u64> {
+    let s = s.trim();
+    if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        u64::from_str_radix(hex, 16).ok()
+    } else if s.len() > 1 && s.starts_with('0') {
+        u64::from_str_radix(&s[1..], 8).ok()
+    } else {
+        s.parse().ok()
+    }
+}
+
+/// A message size flag (`-s`): a number (decimal, `0x` hex or `0` octal, as C's `strtol`) with
+/// an optional `K` (×1024) or `M` (×1024²) suffix, in `min..=max`. Every tool checks its sizes
+/// with this before it allocates anything, with the same message and exit code
+/// ([`exit::USAGE`]).
+pub fn parse_size(flag: &str, text: &str, min: u64, max: u64) -> Result<u64, CliError> {
+    let (num, factor) = match text.strip_suffix('K') {
+        Some(n) => (n, 1024),
+        None => match text.strip_suffix('M') {
+            Some(n) => (n, 1024 * 1024),
+            None => (text, 1),
+        },
+    };
+    let bad = || {
+        CliError::usage(format!(
+            "{flag} {text}: Message Size should be between {min} and {max} (K and M suffixes allowed)"
+        ))
+    };
+    let v = parse_c_int(num).ok_or_else(bad)?.checked_mul(factor).ok_or_else(bad)?;
+    if v < min || v > max {
+        return Err(bad());
+    }
+    Ok(v)
+}
+
+/// Checks a count flag against its range: `"{flag} {v}: {what} should be between {min} and
+/// {max}"`, exit [`exit::USAGE`] (perftest's wording, used by every tool).
+pub fn in_range<T: PartialOrd + std::fmt::Display + Copy>(
+    flag: &str,
+    what: &str,
+    v: T,
+    min: T,
+    max: T,
+) -> Result<T, CliError> {
+    if v < min || v > max {
+        return Err(CliError::usage(format!("{flag} {v}: {what} should be between {min} and {max}")));
+    }
+    Ok(v)
+}
+
 /// Prints `softroce <cmd>: <error>` and returns its exit code.
 pub fn report(cmd: &str, e: &CliError) -> i32 {
     eprintln!("softroce {cmd}: {}", e.msg);
     e.code
+}
+
+/// How long a tool waits for its peer: `--connect-timeout` and `--peer-timeout`, shared by
+/// every tool with a TCP side channel.
+#[derive(clap::Args, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitArgs {
+    /// Client: retry a refused connection for up to SECONDS, so that a server started in the
+    /// same shell line (`server & client`) has time to listen; 0 tries once, like the real
+    /// tools [softroce only]
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub connect_timeout: u64,
+    /// Give up when the peer has been silent for SECONDS: no client connecting to the server,
+    /// no side-channel message, no progress during the run (RDMA traffic counts as progress);
+    /// 0 waits forever, like the real tools [softroce only]
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub peer_timeout: u64,
+}
+
+impl Default for WaitArgs {
+    fn default() -> WaitArgs {
+        WaitArgs { connect_timeout: 10, peer_timeout: 60 }
+    }
+}
+
+impl WaitArgs {
+    /// How long the client retries a refused connection.
+    pub fn connect_retry(&self) -> Duration {
+        Duration::from_secs(self.connect_timeout)
+    }
+    /// The longest silence of the peer (`None`: no limit).
+    pub fn idle(&self) -> Option<Duration> {
+        (self.peer_timeout > 0).then(|| Duration::from_secs(self.peer_timeout))
+    }
+    /// The message of a wait that ran out: what was awaited, and how to wait longer.
+    pub fn silence(&self, what: &str) -> String {
+        format!(
+            "{what}: the peer was silent for {} s (it stopped, or is stuck; --peer-timeout sets the limit, 0 waits forever)",
+            self.peer_timeout
+        )
+    }
 }
 
 /// `--backend`: how a device's packets leave and arrive.
@@ -109,7 +222,7 @@ pub fn local_ip_towards(peer: IpAddr) -> Option<IpAddr> {
 
 /// The first up, non-loopback interface address (IPv4 preferred), else 127.0.0.1.
 pub fn default_local_ip() -> IpAddr {
-    let ifaces = pnet::datalink::interfaces();
+    let ifaces = pnet_datalink::interfaces();
     let pick = |v4: bool| {
         ifaces
             .iter()

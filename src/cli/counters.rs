@@ -14,6 +14,7 @@ use super::common::{CliError, exit, report};
 
 /// Arguments of `softroce counters`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = crate::cli::common::EXIT_CODES)]
 pub struct CountersArgs {
     /// Only devices on this local IP address or device name
     #[arg(short = 'd', long = "ib-dev")]
@@ -70,9 +71,10 @@ pub fn read_all() -> Result<Vec<Published>, RunDirError> {
 pub fn run(a: &CountersArgs) -> i32 {
     let all = match read_all() {
         Ok(all) => all,
+        // No directory yet: no device has published anything.
         Err(RunDirError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => vec![],
         Err(e) => {
-            return report("counters", &CliError::failed(format!("not reading the run directory: {e}")));
+            return report("counters", &CliError::setup(format!("not reading the run directory: {e}")));
         }
     };
     let shown: Vec<Published> = all
@@ -87,15 +89,17 @@ pub fn run(a: &CountersArgs) -> i32 {
         })
         .collect();
     if shown.is_empty() {
+        // Nothing to show is an answer, not an error: say so and succeed (JSON: an empty list).
         let dir = softroce::verbs::device::counters_dir();
-        return report(
-            "counters",
-            &CliError::failed(format!(
-                "no {}softroce device found in {} (start one, or use --all for ended ones)",
-                if a.all { "" } else { "running " },
-                dir.display()
-            )),
+        if a.json {
+            println!("[]");
+        }
+        eprintln!(
+            "softroce counters: no {}softroce device found in {} (start one, or use --all for ended ones)",
+            if a.all { "" } else { "running " },
+            dir.display()
         );
+        return exit::OK;
     }
     if a.json {
         let devs: Vec<serde_json::Value> = shown

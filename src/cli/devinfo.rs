@@ -9,6 +9,7 @@ use super::common::{CliError, default_local_ip, exit, report};
 
 /// Arguments of `softroce devinfo`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = super::common::EXIT_CODES)]
 pub struct DevinfoArgs {
     /// Local IP address or network interface of the device (default: the first interface
     /// address) [ibv_devinfo -d]

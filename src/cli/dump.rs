@@ -12,6 +12,7 @@ use super::capture;
 
 /// Arguments of `softroce dump`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = super::common::EXIT_CODES)]
 pub struct DumpArgs {
     /// Capture files (pcap or pcapng; Ethernet, Linux cooked or raw IP link types).
     #[arg(required = true)]
@@ -19,7 +20,7 @@ pub struct DumpArgs {
     /// Print every header field, one header per line, under each packet.
     #[arg(short, long)]
     pub verbose: bool,
-    /// Exit with status 3 if any RoCEv2 packet is malformed or has a bad ICRC.
+    /// Exit with status 1 if any RoCEv2 packet is malformed or has a bad ICRC.
     #[arg(long)]
     pub check: bool,
 }
@@ -45,7 +46,7 @@ fn dump(args: &DumpArgs, out: &mut impl Write) -> std::io::Result<i32> {
             Ok(f) => f,
             Err(e) => {
                 eprintln!("softroce dump: {e}");
-                return Ok(1);
+                return Ok(super::common::exit::SETUP);
             }
         };
         if args.files.len() > 1 {
@@ -93,7 +94,7 @@ fn dump(args: &DumpArgs, out: &mut impl Write) -> std::io::Result<i32> {
         )?;
         problems += bad + malformed;
     }
-    Ok(if args.check && problems > 0 { 3 } else { 0 })
+    Ok(if args.check && problems > 0 { super::common::exit::FAILED } else { super::common::exit::OK })
 }
 
 /// True when the IP packet is UDP with destination port 4791 (looked at without the RoCEv2

@@ -14,14 +14,15 @@ mod runner;
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 
-use softroce::verbs::{Device, Gid, Mtu};
+use softroce::verbs::{Device, Gid, GidIndex, Mtu};
 
+use crate::cli::common::WaitArgs;
 use crate::cli::common::{CliError, exit, linger, open_device, report};
 use crate::cli::oob::perftest::{
     KeyFormat, LocalParams, PerftestDest, PerftestTest, RunMode, SessionConfig, SessionError, SessionOutcome,
     run_session,
 };
-use crate::cli::oob::{OobError, Role, accept_one, perftest};
+use crate::cli::oob::{OobError, Role, Watched, accept_within, connect_retry, perftest};
 use crate::cli::report::{BwUnits, RESULT_LINE, WAITING_BANNER};
 
 pub use args::PerfArgs;
@@ -95,15 +96,23 @@ fn run_test(args: &PerfArgs) -> Result<(), CliError> {
     };
 
     let stream = match &p.host {
-        Some(host) => {
-            perftest::connect(host, p.port, None).map_err(|e| connect_error(test, host, p.port, &e))?
-        }
+        Some(host) => connect_retry(host, p.port, true, None, p.wait.connect_retry())
+            .map_err(|e| connect_error(test, host, p.port, &p.wait, &e))?,
         None => {
             let listener = perftest::listen(p.port, None).map_err(|e| listen_error(p.port, &e))?;
             out.text(WAITING_BANNER);
-            accept(listener, p.port)?
+            accept(listener, p.port, &p.wait)?
         }
     };
+    // During the run the channel is idle; the runner looks at it (without reading) to notice a
+    // peer that exited or finished early.
+    let link = stream.try_clone().ok();
+    // A peer busy with RDMA traffic is not silent, although it sends nothing on the channel.
+    let probe = dev.clone();
+    let activity: crate::cli::oob::Activity =
+        Box::new(move || probe.counters().map_or(0, |c| c.qp.rcvd_pkts));
+    let stream = Watched::new(stream, p.wait.idle(), Some(activity))
+        .map_err(|e| CliError::network(format!("side channel: {e}")))?;
 
     let cfg = SessionConfig {
         test,
@@ -115,8 +124,8 @@ fn run_test(args: &PerfArgs) -> Result<(), CliError> {
         duration: p.duration.is_some(),
         report_per_port: false,
     };
-    let mut runner = Runner::new(&p, dev, out, gid_index, out_reads, inline_size);
-    let outcome = run_session(stream, &cfg, &mut runner).map_err(|e| session_error(test, e))?;
+    let mut runner = Runner::new(&p, dev, out, gid_index, out_reads, inline_size, link);
+    let outcome = run_session(stream, &cfg, &mut runner).map_err(|e| session_error(test, &p.wait, e))?;
     runner.finish();
     if test == PerftestTest::WriteLat {
         // write_lat ends without a closing exchange: give the engine a moment to acknowledge
@@ -130,16 +139,19 @@ fn run_test(args: &PerfArgs) -> Result<(), CliError> {
         let _ = o.flush();
     }
     linger(runner.device());
+    if let Some(lost) = runner.lost() {
+        return Err(lost);
+    }
     Ok(())
 }
 
 /// `-x`, or the device's own address (what perftest's automatic choice gives on rxe). The
 /// GID must be the device's address: softroce sends from it.
-fn choose_gid_index(dev: &Device, wanted: Option<u8>) -> Result<u8, CliError> {
+fn choose_gid_index(dev: &Device, wanted: Option<u8>) -> Result<GidIndex, CliError> {
     let own = dev.default_gid_index();
     let Some(x) = wanted else { return Ok(own) };
     let len = dev.gid_table().len();
-    let gid = dev.gid(x).map_err(|_| {
+    let gid = dev.gid(GidIndex::new(x)).map_err(|_| {
         CliError::setup(format!(
             "-x {x}: GID index out of range: the device on {} has GID indexes 0..={} (index {own} is its address)",
             dev.ip(),
@@ -152,7 +164,7 @@ fn choose_gid_index(dev: &Device, wanted: Option<u8>) -> Result<u8, CliError> {
             dev.ip()
         )));
     }
-    Ok(x)
+    Ok(GidIndex::new(x))
 }
 
 /// perftest's `set_mtu()`: the port's active MTU, or `-m` clamped to it (as an enum 1..=5).
@@ -178,12 +190,16 @@ fn local_mtu(dev: &Device, requested: u32, out: Out) -> Mtu {
     m
 }
 
-fn connect_error(test: PerftestTest, host: &str, port: u16, e: &std::io::Error) -> CliError {
+fn connect_error(test: PerftestTest, host: &str, port: u16, wait: &WaitArgs, e: &std::io::Error) -> CliError {
     use std::io::ErrorKind::*;
     let hint = match e.kind() {
         ConnectionRefused => format!(
-            "no server is listening there: start the server first (`softroce perf {}` or `{}` without a host) \
-             and check that both sides use the same -p",
+            "no server is listening there{}: start the server first (`softroce perf {}` or `{}` without a host), \
+             check that both sides use the same -p, and --connect-timeout to wait longer",
+            match wait.connect_timeout {
+                0 => String::new(),
+                n => format!(" (retried for {n} s)"),
+            },
             command_name(test),
             tool_name(test)
         ),
@@ -204,18 +220,26 @@ fn listen_error(port: u16, e: &std::io::Error) -> CliError {
     CliError::setup(format!("cannot listen on TCP port {port}: {e}; {hint}"))
 }
 
-fn accept(listener: TcpListener, port: u16) -> Result<TcpStream, CliError> {
-    accept_one(listener).map_err(|e| CliError::network(format!("accept() failed on TCP port {port}: {e}")))
+fn accept(listener: TcpListener, port: u16, wait: &WaitArgs) -> Result<TcpStream, CliError> {
+    accept_within(listener, wait.idle()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::TimedOut => CliError::network(format!(
+            "no client connected to TCP port {port} within {} s (--peer-timeout sets the limit, 0 waits forever)",
+            wait.peer_timeout
+        )),
+        _ => CliError::network(format!("accept() failed on TCP port {port}: {e}")),
+    })
 }
 
-fn session_error(test: PerftestTest, e: SessionError<CliError>) -> CliError {
+fn session_error(test: PerftestTest, wait: &WaitArgs, e: SessionError<CliError>) -> CliError {
     match e {
         SessionError::Hook(e) => e,
+        SessionError::Oob(OobError::Timeout { what }) => {
+            CliError::network(wait.silence(&format!("{} side channel: no {what}", tool_name(test))))
+        }
         SessionError::Oob(e) => {
             let hint = match &e {
                 OobError::PeerClosed { .. } => {
-                    " — the peer exited early: see its output (both sides must run the same test with the same \
-                     -s/-n/-q/-a/-b options)"
+                    " — the peer exited or was stopped before the end of the test: see its output"
                 }
                 OobError::IncompatibleVersion(_) | OobError::Malformed { .. } => {
                     " — the other side must be perftest 5.70 or later (or softroce perf) running the same test"
@@ -274,7 +298,7 @@ fn json_report(
     p: &Params,
     runner: &Runner<'_>,
     outcome: &SessionOutcome,
-    gid_index: u8,
+    gid_index: GidIndex,
     out_reads: u32,
     inline_size: u32,
 ) -> Json {
@@ -302,7 +326,7 @@ fn json_report(
         "rx_depth": p.rx_depth,
         "cq_mod": p.cq_mod,
         "mtu": perftest::mtu_bytes(n.mtu),
-        "gid_index": gid_index,
+        "gid_index": gid_index.value(),
         "inline_size": inline_size,
         "out_reads": out_reads,
         "atomic_type": atomic.then(|| p.atomic_type.name()),

@@ -4,17 +4,20 @@
 //! (docs/interop/oob-exchange.md part A is the specification followed here).
 
 use std::io::Write;
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use softroce::verbs::*;
 
-use super::common::{CliError, Progress, cpu_time, exit, linger, open_device, random_psn, report};
+use super::common::{
+    CliError, EXIT_CODES, Progress, WaitArgs, cpu_time, exit, in_range, linger, open_device, parse_size,
+    random_psn, report,
+};
 use super::oob::pingpong::{
     GidTextBuffer, PingpongDest, PingpongKind, SRQ_MAX_QPS, client_exchange, format_bytes_line,
     format_iters_line, format_local_line, format_remote_line, server_read_remote, server_reply,
     srq_client_exchange, srq_server_read_remote, srq_server_reply,
 };
+use super::oob::{OobError, Watched, accept_within, connect_retry};
 use super::report::compute_pingpong_stats;
 
 /// wr_id of every receive (`PINGPONG_RECV_WRID`).
@@ -26,14 +29,16 @@ const SPIN: Duration = Duration::from_micros(50);
 /// The page size the `-c` check uses.
 const PAGE: usize = 4096;
 /// The Q_Key of `ibv_ud_pingpong`.
-const UD_QKEY: u32 = 0x1111_1111;
+const UD_QKEY: Qkey = Qkey::new(0x1111_1111);
 /// The GRH area at the start of a UD receive buffer.
 const GRH: usize = GRH_LEN;
 
 /// Arguments of `softroce rc-pingpong` (the flags of `ibv_rc_pingpong`).
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Start the server first, then the client with the server's host name or address.\n\
-softroce picks the GID index of its own address when -g is not given; rdma-core's tool needs -g on RoCE.")]
+#[command(after_help = format!("Start the server (no host), then the client with the server's host name or address; \
+the client retries for --connect-timeout seconds while the server is not listening yet, so \
+`server & client` on one line works.\n\
+softroce picks the GID index of its own address when -g is not given; rdma-core's tool needs -g on RoCE.\n\n{EXIT_CODES}"))]
 pub struct PingpongArgs {
     /// Listen on/connect to TCP port PORT [ibv_rc_pingpong -p]
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
@@ -48,9 +53,10 @@ pub struct PingpongArgs {
     /// Port of the device (only 1) [ibv_rc_pingpong -i]
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     pub ib_port: u8,
-    /// Size of the message to exchange [ibv_rc_pingpong -s]
-    #[arg(short = 's', long = "size", default_value_t = 4096)]
-    pub size: u32,
+    /// Size of the message to exchange, at most the device's max_msg_sz (2 GiB); K and M
+    /// suffixes allowed [ibv_rc_pingpong -s]
+    #[arg(short = 's', long = "size", default_value = "4096", allow_hyphen_values = true)]
+    pub size: String,
     /// Path MTU: 256, 512, 1024, 2048 or 4096 [ibv_rc_pingpong -m]
     #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
     pub mtu: u32,
@@ -97,6 +103,8 @@ pub struct PingpongArgs {
     /// the -c verdict); the usual lines then go to stderr [softroce only]
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub wait: WaitArgs,
     /// The server to connect to (without it: be the server)
     pub host: Option<String>,
 }
@@ -104,8 +112,9 @@ pub struct PingpongArgs {
 /// Arguments of `softroce ud-pingpong` (the flags of `ibv_ud_pingpong`: no `-m`, the path MTU
 /// is the port's; default size 1024).
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Start the server first, then the client with the server's host name or address.\n\
-The message size must fit the port's active MTU (softroce devinfo); both sides need -g on RoCE.")]
+#[command(after_help = format!("Start the server (no host), then the client with the server's host name or address \
+(the client retries for --connect-timeout seconds).\n\
+The message size must fit the port's active MTU (softroce devinfo); both sides need -g on RoCE.\n\n{EXIT_CODES}"))]
 pub struct UdPingpongArgs {
     /// Listen on/connect to TCP port PORT [ibv_ud_pingpong -p]
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
@@ -121,8 +130,8 @@ pub struct UdPingpongArgs {
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     pub ib_port: u8,
     /// Size of the message to exchange, at most the active MTU [ibv_ud_pingpong -s]
-    #[arg(short = 's', long = "size", default_value_t = 1024)]
-    pub size: u32,
+    #[arg(short = 's', long = "size", default_value = "1024", allow_hyphen_values = true)]
+    pub size: String,
     /// Number of receives to post at a time [ibv_ud_pingpong -r]
     #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
     pub rx_depth: u32,
@@ -147,14 +156,17 @@ pub struct UdPingpongArgs {
     /// Print the result as one JSON object on stdout [softroce only]
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub wait: WaitArgs,
     /// The server to connect to (without it: be the server)
     pub host: Option<String>,
 }
 
 /// Arguments of `softroce srq-pingpong` (the flags of `ibv_srq_pingpong`).
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Start the server first, then the client with the server's host name or address.\n\
--q, -s and -n must be the same on both sides (they are not exchanged); -n counts exchanges over all QPs.")]
+#[command(after_help = format!("Start the server (no host), then the client with the server's host name or address \
+(the client retries for --connect-timeout seconds).\n\
+-q, -s and -n must be the same on both sides (they are not exchanged); -n counts exchanges over all QPs.\n\n{EXIT_CODES}"))]
 pub struct SrqPingpongArgs {
     #[command(flatten)]
     pub common: PingpongArgs,
@@ -194,7 +206,7 @@ pub fn run_ud(u: &UdPingpongArgs) -> i32 {
         dev: u.dev.clone(),
         backend: u.backend,
         ib_port: u.ib_port,
-        size: u.size,
+        size: u.size.clone(),
         mtu: 1024, // unused: UD takes the port's MTU
         rx_depth: u.rx_depth,
         iters: u.iters,
@@ -210,6 +222,7 @@ pub fn run_ud(u: &UdPingpongArgs) -> i32 {
         new_send: false,
         cpu: u.cpu,
         json: u.json,
+        wait: u.wait,
         host: u.host.clone(),
     };
     match pingpong(&a, PingpongKind::Ud, 1) {
@@ -262,10 +275,12 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind, num_qp: u32) -> std::result::R
             a.rx_depth
         )));
     }
-    if kind == PingpongKind::Srq && a.size == 0 {
-        return Err(CliError::usage("-s must be at least 1"));
-    }
-    let size = a.size as usize;
+    // Sizes and counts are checked against the device's limits before anything is allocated,
+    // with perf's messages and exit code.
+    let max_msg = softroce::transport::MAX_MSG_SIZE;
+    let size_u64 = parse_size("-s", &a.size, u64::from(kind == PingpongKind::Srq), max_msg)?;
+    let size32 = size_u64 as u32;
+    let size = size_u64 as usize;
     // UD: the first 40 bytes of every receive are the GRH area; sends go from after it.
     let off = if ud { GRH } else { 0 };
     // The rdma-core lines: stdout, or stderr when stdout carries JSON.
@@ -278,13 +293,16 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind, num_qp: u32) -> std::result::R
     };
 
     let dev = open_device(a.dev.as_deref(), a.host.as_deref(), a.backend)?;
-    if ud && a.size > dev.query_port().active_mtu.bytes() {
+    let limits = dev.query_device();
+    let max_depth = if kind == PingpongKind::Srq { limits.max_srq_wr } else { limits.max_qp_wr };
+    in_range("-r", "rx_depth", a.rx_depth, 1, max_depth)?;
+    if ud && size32 > dev.query_port().active_mtu.bytes() {
         return Err(CliError::usage(format!(
             "Requested size larger than port MTU ({})",
             dev.query_port().active_mtu.bytes()
         )));
     }
-    let gid_index = a.gid_idx.unwrap_or_else(|| dev.default_gid_index());
+    let gid_index = a.gid_idx.map_or_else(|| dev.default_gid_index(), GidIndex::new);
     let gid = dev.gid(gid_index).map_err(|_| {
         CliError::setup(format!(
             "GID index {gid_index} is out of range: this device's GID table has {} entries (0..={}; see softroce devinfo)",
@@ -327,7 +345,7 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind, num_qp: u32) -> std::result::R
             qp.modify(&QpAttrs::init(Access::NONE))?;
         }
     }
-    let recv = || RecvWr::new(RECV_WRID, &[mr.sge(0, a.size + off as u32)]);
+    let recv = || RecvWr::new(RECV_WRID, &[mr.sge(0, size32 + off as u32)]);
     let post_recv = || match &srq {
         Some(srq) => srq.post_recv(recv()),
         None => qps[0].post_recv(recv()),
@@ -340,49 +358,66 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind, num_qp: u32) -> std::result::R
     let mut text = GidTextBuffer::new();
     let me: Vec<PingpongDest> = qps
         .iter()
-        .map(|qp| PingpongDest { lid: 0, qpn: qp.qp_num(), psn: random_psn(), gid: gid.0 })
+        .map(|qp| PingpongDest { lid: 0, qpn: qp.qp_num().value(), psn: random_psn(), gid: gid.0 })
         .collect();
     for d in &me {
         say(&format_local_line(kind, d, text.render(&d.gid)));
     }
 
-    let connect_err = |e: std::io::Error, host: &str| {
-        CliError::network(format!(
-            "Couldn't connect to {host}:{} ({e}): start the server first (softroce {tool}-pingpong or ibv_{tool}_pingpong -g N), and check -p",
-            a.port
-        ))
+    let oob = |e: OobError| match e {
+        OobError::Timeout { what } => CliError::network(a.wait.silence(&format!("no {what}"))),
+        OobError::PeerClosed { .. } => CliError::network(format!(
+            "{e}: the peer exited or was stopped before the exchange ended (see its output)"
+        )),
+        e => CliError::network(e.to_string()),
     };
     let ah;
     let peers: Vec<PingpongDest> = match &a.host {
         Some(host) => {
-            let mut s = TcpStream::connect((host.as_str(), a.port)).map_err(|e| connect_err(e, host))?;
+            let s = connect_retry(host, a.port, false, None, a.wait.connect_retry()).map_err(|e| {
+                let tried = match a.wait.connect_timeout {
+                    0 => String::new(),
+                    n => format!(" for {n} s"),
+                };
+                CliError::network(format!(
+                    "Couldn't connect to {host}:{} ({e}){tried}: start the server first (softroce {tool}-pingpong or ibv_{tool}_pingpong -g N), check -p, and --connect-timeout to wait longer",
+                    a.port
+                ))
+            })?;
+            let mut s = Watched::new(s, a.wait.idle(), None).map_err(|e| CliError::network(e.to_string()))?;
             let peers = if kind == PingpongKind::Srq {
-                srq_client_exchange(&mut s, &me).map_err(|e| CliError::network(e.to_string()))?
+                srq_client_exchange(&mut s, &me).map_err(oob)?
             } else {
-                vec![client_exchange(&mut s, &me[0]).map_err(|e| CliError::network(e.to_string()))?]
+                vec![client_exchange(&mut s, &me[0]).map_err(oob)?]
             };
             ah = connect_all(&dev, &pd, &qps, kind, &peers, gid_index, a, &me)?;
             peers
         }
         None => {
             let listener = super::oob::pingpong::listen(a.port).map_err(|e| {
-                CliError::network(format!(
-                    "Couldn't listen to port {} ({e}): another server running?",
+                CliError::setup(format!(
+                    "Couldn't listen to port {} ({e}): another server running? (or choose another -p on both sides)",
                     a.port
                 ))
             })?;
-            let mut s = super::oob::accept_one(listener)
-                .map_err(|e| CliError::network(format!("accept() failed: {e}")))?;
+            let s = accept_within(listener, a.wait.idle()).map_err(|e| match e.kind() {
+                std::io::ErrorKind::TimedOut => CliError::network(format!(
+                    "no client connected to TCP port {} within {} s (--peer-timeout sets the limit, 0 waits forever)",
+                    a.port, a.wait.peer_timeout
+                )),
+                _ => CliError::network(format!("accept() failed: {e}")),
+            })?;
+            let mut s = Watched::new(s, a.wait.idle(), None).map_err(|e| CliError::network(e.to_string()))?;
             // The peer may send the moment it reads our reply: be ready before replying.
             if kind == PingpongKind::Srq {
-                let peers = srq_server_read_remote(&mut s).map_err(|e| CliError::network(e.to_string()))?;
+                let peers = srq_server_read_remote(&mut s).map_err(oob)?;
                 ah = connect_all(&dev, &pd, &qps, kind, &peers, gid_index, a, &me)?;
-                srq_server_reply(&mut s, &me).map_err(|e| CliError::network(e.to_string()))?;
+                srq_server_reply(&mut s, &me).map_err(oob)?;
                 peers
             } else {
-                let peers = vec![server_read_remote(&mut s).map_err(|e| CliError::network(e.to_string()))?];
+                let peers = vec![server_read_remote(&mut s).map_err(oob)?];
                 ah = connect_all(&dev, &pd, &qps, kind, &peers, gid_index, a, &me)?;
-                server_reply(&mut s, &me[0]).map_err(|e| CliError::network(e.to_string()))?;
+                server_reply(&mut s, &me[0]).map_err(oob)?;
                 peers
             }
         }
@@ -394,10 +429,10 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind, num_qp: u32) -> std::result::R
 
     let client = a.host.is_some();
     let send = |i: usize| {
-        let mut wr = SendWr::new(SEND_WRID, SendOp::Send, &[mr.sge(off, a.size)]);
+        let mut wr = SendWr::new(SEND_WRID, SendOp::Send, &[mr.sge(off, size32)]);
         wr.signaled = true;
         if let Some(ah) = &ah {
-            wr.ud = Some(ah.dest(peers[0].qpn, UD_QKEY));
+            wr.ud = Some(ah.dest(Qpn::new(peers[0].qpn), UD_QKEY));
         }
         qps[i].post_send(wr).map_err(|e| CliError::failed(format!("Couldn't post send ({e})")))
     };
@@ -417,9 +452,8 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind, num_qp: u32) -> std::result::R
         }
     }
     let start = Instant::now();
-    let mut wcs =
-        vec![WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); nqp + a.rx_depth as usize];
-    let idle_limit = Duration::from_secs(60);
+    let mut wcs = vec![WorkCompletion::default(); nqp + a.rx_depth as usize];
+    let idle_limit = a.wait.idle();
     let mut last_progress = Instant::now();
     let mut progress = Progress::new("iters");
     while rcnt < a.iters || scnt < a.iters {
@@ -432,14 +466,16 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind, num_qp: u32) -> std::result::R
             cq.poll(&mut wcs[..max])?
         };
         if n == 0 {
-            if last_progress.elapsed() > idle_limit {
+            if let Some(idle_limit) = idle_limit
+                && last_progress.elapsed() > idle_limit
+            {
                 let lost = if ud || kind == PingpongKind::Uc {
                     " (UC and UD do not retransmit: a lost message stops both sides, as with rdma-core's tools)"
                 } else {
                     ""
                 };
                 return Err(CliError::failed(format!(
-                    "no completion for {} s (sent {scnt}, received {rcnt} of {}): is the peer still running?{lost}",
+                    "no completion for {} s (sent {scnt}, received {rcnt} of {}): is the peer still running?{lost} (--peer-timeout sets the limit)",
                     idle_limit.as_secs(),
                     a.iters
                 )));
@@ -452,7 +488,7 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind, num_qp: u32) -> std::result::R
             continue;
         }
         last_progress = Instant::now();
-        progress.tick(rcnt as u64, a.iters as u64, 2 * rcnt as u64 * a.size as u64);
+        progress.tick(rcnt as u64, a.iters as u64, 2 * rcnt as u64 * size_u64);
         for wc in &wcs[..n] {
             if wc.status != WcStatus::Success {
                 let hint = match wc.status {
@@ -503,7 +539,7 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind, num_qp: u32) -> std::result::R
     let elapsed = start.elapsed();
     progress.finish();
     let usec = elapsed.as_micros() as i64;
-    let stats = compute_pingpong_stats(a.size, a.iters, usec);
+    let stats = compute_pingpong_stats(size32, a.iters, usec);
     say(&format_bytes_line(&stats));
     say(&format_iters_line(&stats));
     let cpu = cpu_time().saturating_sub(cpu0);
@@ -540,7 +576,7 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind, num_qp: u32) -> std::result::R
             "local": dest(&me[0]),
             "remote": dest(&peers[0]),
             "num_qp": num_qp,
-            "size": a.size,
+            "size": size32,
             "mtu": if ud { dev.query_port().active_mtu.bytes() } else { a.mtu },
             "iters": stats.iters,
             "bytes": stats.bytes,
@@ -568,7 +604,7 @@ fn connect_all(
     qps: &[QueuePair],
     kind: PingpongKind,
     peers: &[PingpongDest],
-    gid_index: u8,
+    gid_index: GidIndex,
     a: &PingpongArgs,
     me: &[PingpongDest],
 ) -> std::result::Result<Option<AddressHandle>, CliError> {
@@ -587,7 +623,7 @@ fn connect_all(
             PingpongKind::Ud => {
                 qp.modify(&QpAttrs::rtr_ud())
                     .map_err(|e| CliError::setup(format!("Failed to modify QP to RTR: {e}")))?;
-                qp.modify(&QpAttrs::rts_unreliable(me[i].psn))
+                qp.modify(&QpAttrs::rts_unreliable(Psn::new(me[i].psn)))
                     .map_err(|e| CliError::setup(format!("Failed to modify QP to RTS: {e}")))?;
                 let mut av = AddressVector::new(Gid(peer.gid), gid_index);
                 av.hop_limit = 1;
@@ -613,7 +649,7 @@ fn connect(
     qp: &QueuePair,
     kind: PingpongKind,
     peer: &PingpongDest,
-    gid_index: u8,
+    gid_index: GidIndex,
     mtu: Mtu,
     sl: u8,
     psn: u32,
@@ -628,9 +664,9 @@ fn connect(
     av.sl = sl;
     let uc = kind == PingpongKind::Uc;
     let rtr = if uc {
-        QpAttrs::rtr_uc(av, mtu, peer.qpn, peer.psn)
+        QpAttrs::rtr_uc(av, mtu, Qpn::new(peer.qpn), Psn::new(peer.psn))
     } else {
-        let mut rtr = QpAttrs::rtr(av, mtu, peer.qpn, peer.psn);
+        let mut rtr = QpAttrs::rtr(av, mtu, Qpn::new(peer.qpn), Psn::new(peer.psn));
         rtr.max_dest_rd_atomic = Some(1);
         rtr.min_rnr_timer = Some(12);
         rtr
@@ -644,9 +680,9 @@ fn connect(
         e => CliError::setup(format!("Failed to modify QP to RTR: {e}")),
     })?;
     let rts = if uc {
-        QpAttrs::rts_unreliable(psn)
+        QpAttrs::rts_unreliable(Psn::new(psn))
     } else {
-        let mut rts = QpAttrs::rts(psn);
+        let mut rts = QpAttrs::rts(Psn::new(psn));
         rts.max_rd_atomic = Some(1);
         rts
     };

@@ -453,7 +453,7 @@ pub(crate) fn scatter<M: Memory>(
             continue;
         }
         let n = ((len - skip) as usize).min(data.len() - done);
-        mem.write_local(pd, sge.lkey, sge.addr + skip, &data[done..done + n])?;
+        mem.write_local(pd, sge.lkey.value(), sge.addr + skip, &data[done..done + n])?;
         done += n;
         skip = 0;
     }

@@ -23,6 +23,7 @@ use std::time::Duration;
 pub mod cm;
 pub mod completer;
 mod counters;
+pub mod ids;
 pub mod memory;
 mod qp;
 pub mod requester;
@@ -33,6 +34,7 @@ mod unreliable;
 pub mod wr;
 
 pub use counters::Counters;
+pub use ids::{Lkey, Qkey, Qpn, Rkey};
 pub use memory::{Access, AtomicOp, MemError, Memory, VecMemory, VecRegion};
 pub use qp::{
     GRH_LEN, LOCAL_ACK_STRETCH, MAX_MSG_SIZE, MAX_RD_ATOMIC, ModifyError, Mtu, PostError, Qp, QpAttr,

@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::counters::Counters;
+use super::ids::{Qkey, Qpn};
 use super::memory::{Access, Memory};
 use super::responder::RespState;
 use super::wr::{Payload, RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
@@ -141,7 +142,7 @@ pub struct QpAttr {
     /// Path MTU.
     pub path_mtu: Mtu,
     /// Destination QP number (RC/UC).
-    pub dest_qpn: u32,
+    pub dest_qpn: Qpn,
     /// First PSN the responder expects.
     pub rq_psn: Psn,
     /// First PSN the requester sends.
@@ -159,7 +160,7 @@ pub struct QpAttr {
     /// Retries after RNR NAKs (0..=7, 7 = infinite).
     pub rnr_retry: u8,
     /// Q_Key (UD).
-    pub qkey: u32,
+    pub qkey: Qkey,
 }
 
 impl Default for QpAttr {
@@ -167,7 +168,7 @@ impl Default for QpAttr {
         QpAttr {
             access: Access::NONE,
             path_mtu: Mtu::Mtu256,
-            dest_qpn: 0,
+            dest_qpn: Qpn::new(0),
             rq_psn: Psn::new(0),
             sq_psn: Psn::new(0),
             max_rd_atomic: 0,
@@ -176,7 +177,7 @@ impl Default for QpAttr {
             timeout: 0,
             retry_cnt: 0,
             rnr_retry: 0,
-            qkey: 0,
+            qkey: Qkey::new(0),
         }
     }
 }
@@ -192,7 +193,7 @@ pub struct QpAttrUpdate {
     /// `IBV_QP_PATH_MTU`.
     pub path_mtu: Option<Mtu>,
     /// `IBV_QP_DEST_QPN`.
-    pub dest_qpn: Option<u32>,
+    pub dest_qpn: Option<Qpn>,
     /// `IBV_QP_RQ_PSN`.
     pub rq_psn: Option<Psn>,
     /// `IBV_QP_SQ_PSN`.
@@ -210,7 +211,7 @@ pub struct QpAttrUpdate {
     /// `IBV_QP_RNR_RETRY`.
     pub rnr_retry: Option<u8>,
     /// `IBV_QP_QKEY`.
-    pub qkey: Option<u32>,
+    pub qkey: Option<Qkey>,
     /// `IBV_QP_AV` was given (the address vector itself lives in the verbs layer).
     pub av: bool,
     /// `IBV_QP_PORT` was given.
@@ -733,7 +734,7 @@ impl Qp {
         let check =
             |ok: bool, name: &'static str| if ok { Ok(()) } else { Err(ModifyError::InvalidAttribute(name)) };
         if let Some(v) = u.dest_qpn {
-            check(v <= 0xff_ffff && v != 0, "dest_qpn")?;
+            check(v != Qpn::new(0), "dest_qpn")?;
         }
         if let Some(v) = u.max_rd_atomic {
             check(v <= MAX_RD_ATOMIC, "max_rd_atomic")?;
@@ -870,7 +871,7 @@ impl Qp {
         if status == WcStatus::Success && !w.wr.signaled {
             return;
         }
-        let mut wc = WorkCompletion::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.qpn);
+        let mut wc = WorkCompletion::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), Qpn::new(self.qpn));
         if status == WcStatus::Success {
             wc.byte_len = w.len as u32;
             wc.imm_data = w.wr.op.imm();
@@ -930,7 +931,12 @@ impl Qp {
         Self::check_recv_wr(&self.caps, &wr)?;
         if self.state == QpState::Err {
             let opcode = WcOpcode::Recv;
-            self.recv_wcs.push_back(WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, opcode, self.qpn));
+            self.recv_wcs.push_back(WorkCompletion::new(
+                wr.wr_id,
+                WcStatus::WrFlushErr,
+                opcode,
+                Qpn::new(self.qpn),
+            ));
         } else {
             self.rq.push_back(wr);
         }

@@ -41,7 +41,7 @@ pub(crate) fn gather<M: Memory>(
                     continue;
                 }
                 let n = ((len - skip) as usize).min(dst.len() - out);
-                mem.read_local(pd, sge.lkey, sge.addr + skip, &mut dst[out..out + n])?;
+                mem.read_local(pd, sge.lkey.value(), sge.addr + skip, &mut dst[out..out + n])?;
                 out += n;
                 skip = 0;
             }
@@ -145,7 +145,7 @@ impl Qp {
         };
         let end = position.ends();
         let dest_qp = w.wr.ud.map_or(self.attr.dest_qpn, |d| d.remote_qpn);
-        let mut bth = BthRepr::new(opcode, dest_qp, self.req.psn);
+        let mut bth = BthRepr::new(opcode, dest_qp.value(), self.req.psn);
         bth.solicited = w.wr.solicited
             && end
             && matches!(
@@ -158,19 +158,30 @@ impl Qp {
         let mut repr = PacketRepr::new(bth);
         match op {
             SendOp::RdmaWrite(r) | SendOp::RdmaWriteWithImm(r, _) if starts => {
-                repr.reth = Some(RethRepr { va: r.addr, rkey: r.rkey, dma_len: w.len as u32 });
+                repr.reth = Some(RethRepr { va: r.addr, rkey: r.rkey.value(), dma_len: w.len as u32 });
             }
             SendOp::RdmaRead(r) => {
-                repr.reth =
-                    Some(RethRepr { va: r.addr + w.read_done, rkey: r.rkey, dma_len: remaining as u32 });
+                repr.reth = Some(RethRepr {
+                    va: r.addr + w.read_done,
+                    rkey: r.rkey.value(),
+                    dma_len: remaining as u32,
+                });
             }
             SendOp::CompareSwap { remote, compare, swap } => {
-                repr.atomic_eth =
-                    Some(AtomicEthRepr { va: remote.addr, rkey: remote.rkey, swap_add: swap, compare });
+                repr.atomic_eth = Some(AtomicEthRepr {
+                    va: remote.addr,
+                    rkey: remote.rkey.value(),
+                    swap_add: swap,
+                    compare,
+                });
             }
             SendOp::FetchAdd { remote, add } => {
-                repr.atomic_eth =
-                    Some(AtomicEthRepr { va: remote.addr, rkey: remote.rkey, swap_add: add, compare: 0 });
+                repr.atomic_eth = Some(AtomicEthRepr {
+                    va: remote.addr,
+                    rkey: remote.rkey.value(),
+                    swap_add: add,
+                    compare: 0,
+                });
             }
             _ => {}
         }
@@ -179,14 +190,14 @@ impl Qp {
                 repr.immdt = Some(ImmDtRepr { imm });
             }
             if let SendOp::SendWithInv(rkey) = op {
-                repr.ieth = Some(IethRepr { rkey });
+                repr.ieth = Some(IethRepr { rkey: rkey.value() });
             }
         }
         if let Some(ud) = w.wr.ud {
             // A Q_Key with the high bit set is privileged: an ordinary consumer's send uses
             // the QP's own Q_Key instead (IBTA 10.2.4; rxe sends the WR's value verbatim).
-            let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { self.attr.qkey } else { ud.remote_qkey };
-            repr.deth = Some(DethRepr { qkey, resv8: 0, src_qp: self.qpn });
+            let qkey = if ud.remote_qkey.uses_qp_qkey() { self.attr.qkey } else { ud.remote_qkey };
+            repr.deth = Some(DethRepr { qkey: qkey.value(), resv8: 0, src_qp: self.qpn });
         }
         let (range, total) = match repr.emit_headers(buf, payload_len as usize) {
             Ok(x) => x,

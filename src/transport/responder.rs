@@ -18,6 +18,7 @@
 use std::collections::VecDeque;
 
 use super::completer::scatter;
+use super::ids::{Qpn, Rkey};
 use super::memory::{Access, AtomicOp, MemError, Memory};
 use super::qp::{Qp, QpEvent, QpState, QpType};
 use super::wr::{RecvWr, WcOpcode, WcStatus, WorkCompletion};
@@ -146,10 +147,15 @@ impl RespState {
         wcs: &mut VecDeque<WorkCompletion>,
     ) {
         if let Some(cur) = self.recv.take() {
-            wcs.push_back(WorkCompletion::new(cur.wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, qpn));
+            wcs.push_back(WorkCompletion::new(
+                cur.wr.wr_id,
+                WcStatus::WrFlushErr,
+                WcOpcode::Recv,
+                Qpn::new(qpn),
+            ));
         }
         while let Some(wr) = rq.pop_front() {
-            wcs.push_back(WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, qpn));
+            wcs.push_back(WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, Qpn::new(qpn)));
         }
         self.out.retain(|r| !matches!(r, Response::Read { .. }));
         self.resources.iter_mut().for_each(|r| *r = None);
@@ -199,7 +205,7 @@ impl Qp {
                 cur.wr.wr_id,
                 f.recv_status,
                 WcOpcode::Recv,
-                self.qpn,
+                Qpn::new(self.qpn),
             ));
         }
         self.events.push_back(f.event);
@@ -456,10 +462,10 @@ impl Qp {
         let Some(cur) = self.resp.recv.take() else { return };
         let send = info.operation == Operation::Send;
         let opcode = if send { WcOpcode::Recv } else { WcOpcode::RecvRdmaWithImm };
-        let mut wc = WorkCompletion::new(cur.wr.wr_id, WcStatus::Success, opcode, self.qpn);
+        let mut wc = WorkCompletion::new(cur.wr.wr_id, WcStatus::Success, opcode, Qpn::new(self.qpn));
         wc.byte_len = if send { cur.offset as u32 } else { self.resp.rdma.length };
         wc.imm_data = pkt.immdt().map(|i| i.imm());
-        wc.invalidated_rkey = invalidated;
+        wc.invalidated_rkey = invalidated.map(Rkey::new);
         wc.solicited = pkt.bth().solicited();
         self.counters.rdma_recvs += 1;
         self.recv_wcs.push_back(wc);
@@ -550,7 +556,7 @@ impl Qp {
             return None;
         }
         let mtu = self.mtu();
-        let dest = self.attr.dest_qpn;
+        let dest = self.attr.dest_qpn.value();
         let front = self.resp.out.front_mut()?;
         let total = match *front {
             Response::Ack { psn, syndrome, msn } => {

@@ -437,7 +437,7 @@ impl Pair {
         let init = QpAttrUpdate {
             state: Some(QpState::Init),
             access: (!ud).then_some(Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC),
-            qkey: ud.then_some(0x1111_1111),
+            qkey: ud.then_some(super::Qkey::new(0x1111_1111)),
             port: true,
             pkey_index: true,
             ..Default::default()
@@ -451,7 +451,7 @@ impl Pair {
                 state: Some(QpState::Rtr),
                 av: true,
                 path_mtu: Some(cfg.mtu),
-                dest_qpn: Some(dest),
+                dest_qpn: Some(super::Qpn::new(dest)),
                 rq_psn: Some(rq_psn),
                 max_dest_rd_atomic: rc.then_some(cfg.rd_atomic),
                 min_rnr_timer: rc.then_some(cfg.min_rnr_timer),

@@ -25,6 +25,7 @@
 //!   new message and so delivers a duplicated SEND Only twice.
 
 use super::completer::scatter;
+use super::ids::Qpn;
 use super::memory::{Access, Memory};
 use super::qp::{GRH_LEN, Qp};
 use super::responder::CurRecv;
@@ -45,7 +46,12 @@ impl Qp {
     /// Completes the receive WQE in progress with an error status (UC/UD).
     fn unreliable_recv_error(&mut self, status: WcStatus) {
         if let Some(cur) = self.resp.recv.take() {
-            self.recv_wcs.push_back(WorkCompletion::new(cur.wr.wr_id, status, WcOpcode::Recv, self.qpn));
+            self.recv_wcs.push_back(WorkCompletion::new(
+                cur.wr.wr_id,
+                status,
+                WcOpcode::Recv,
+                Qpn::new(self.qpn),
+            ));
         }
     }
 
@@ -207,7 +213,7 @@ impl Qp {
             self.counters.rcvd_dropped += 1;
             return;
         }
-        if deth.qkey() != self.attr.qkey {
+        if deth.qkey() != self.attr.qkey.value() {
             self.counters.rcvd_qkey_err += 1;
             return;
         }
@@ -227,13 +233,13 @@ impl Qp {
                 .map_err(|_| WcStatus::LocProtErr)
         };
         if let Err(status) = placed {
-            self.recv_wcs.push_back(WorkCompletion::new(wr_id, status, WcOpcode::Recv, self.qpn));
+            self.recv_wcs.push_back(WorkCompletion::new(wr_id, status, WcOpcode::Recv, Qpn::new(self.qpn)));
             return;
         }
-        let mut wc = WorkCompletion::new(wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
+        let mut wc = WorkCompletion::new(wr_id, WcStatus::Success, WcOpcode::Recv, Qpn::new(self.qpn));
         wc.byte_len = len as u32;
         wc.imm_data = pkt.immdt().map(|i| i.imm());
-        wc.src_qp = deth.src_qp();
+        wc.src_qp = Qpn::new(deth.src_qp());
         wc.grh = true;
         wc.solicited = pkt.bth().solicited();
         self.counters.rdma_recvs += 1;

@@ -2,6 +2,8 @@
 
 use smallvec::SmallVec;
 
+use super::ids::{Lkey, Qkey, Qpn, Rkey};
+
 /// A scatter/gather entry: `length` bytes at `addr` in the memory region with key `lkey`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Sge {
@@ -10,7 +12,7 @@ pub struct Sge {
     /// Length in bytes.
     pub length: u32,
     /// Local key of the memory region.
-    pub lkey: u32,
+    pub lkey: Lkey,
 }
 
 /// A scatter/gather list. Up to two entries live inline, more spill to the heap.
@@ -27,7 +29,7 @@ pub struct RemoteAddr {
     /// Remote virtual address.
     pub addr: u64,
     /// Remote key.
-    pub rkey: u32,
+    pub rkey: Rkey,
 }
 
 /// What a send work request does (ibverbs' `ibv_wr_opcode` with its operands).
@@ -38,7 +40,7 @@ pub enum SendOp {
     /// `IBV_WR_SEND_WITH_IMM`; the immediate is carried as it appears on the wire.
     SendWithImm(u32),
     /// `IBV_WR_SEND_WITH_INV`: the responder invalidates this rkey.
-    SendWithInv(u32),
+    SendWithInv(Rkey),
     /// `IBV_WR_RDMA_WRITE`.
     RdmaWrite(RemoteAddr),
     /// `IBV_WR_RDMA_WRITE_WITH_IMM`.
@@ -136,9 +138,9 @@ pub struct UdDest {
     /// Index of the address handle, opaque to the transport; the engine resolves it.
     pub ah: u32,
     /// Destination QP number.
-    pub remote_qpn: u32,
-    /// Q_Key to send with.
-    pub remote_qkey: u32,
+    pub remote_qpn: Qpn,
+    /// Q_Key to send with ([`Qkey::USE_QP`]: the sending QP's own).
+    pub remote_qkey: Qkey,
 }
 
 /// A send work request (`ibv_send_wr`).
@@ -172,6 +174,63 @@ impl SendWr {
             solicited: false,
             ud: None,
         }
+    }
+    /// A SEND of the bytes `sg` names.
+    pub fn send(wr_id: u64, sg: &[Sge]) -> SendWr {
+        SendWr::new(wr_id, SendOp::Send, sg)
+    }
+    /// A SEND with immediate data (as it appears on the wire).
+    pub fn send_with_imm(wr_id: u64, sg: &[Sge], imm: u32) -> SendWr {
+        SendWr::new(wr_id, SendOp::SendWithImm(imm), sg)
+    }
+    /// An RDMA WRITE of the bytes `sg` names to the peer's `remote`.
+    pub fn write(wr_id: u64, sg: &[Sge], remote: RemoteAddr) -> SendWr {
+        SendWr::new(wr_id, SendOp::RdmaWrite(remote), sg)
+    }
+    /// An RDMA WRITE with immediate data: the peer gets a receive completion.
+    pub fn write_with_imm(wr_id: u64, sg: &[Sge], remote: RemoteAddr, imm: u32) -> SendWr {
+        SendWr::new(wr_id, SendOp::RdmaWriteWithImm(remote, imm), sg)
+    }
+    /// An RDMA READ of the peer's `remote` into the local bytes `sg` names.
+    pub fn read(wr_id: u64, sg: &[Sge], remote: RemoteAddr) -> SendWr {
+        SendWr::new(wr_id, SendOp::RdmaRead(remote), sg)
+    }
+    /// A fetch-and-add of `add` to the peer's 8 bytes at `remote`; the original value lands in
+    /// `sge` (8 bytes).
+    pub fn fetch_add(wr_id: u64, sge: Sge, remote: RemoteAddr, add: u64) -> SendWr {
+        SendWr::new(wr_id, SendOp::FetchAdd { remote, add }, &[sge])
+    }
+    /// A compare-and-swap of the peer's 8 bytes at `remote`; the original value lands in `sge`.
+    pub fn compare_swap(wr_id: u64, sge: Sge, remote: RemoteAddr, compare: u64, swap: u64) -> SendWr {
+        SendWr::new(wr_id, SendOp::CompareSwap { remote, compare, swap }, &[sge])
+    }
+    /// The same carrying `data` inline (`IBV_SEND_INLINE`: copied now, no memory region
+    /// needed; up to the QP's `max_inline_data`).
+    #[must_use]
+    pub fn inline(self, data: &[u8]) -> SendWr {
+        SendWr { payload: Payload::Inline(data.into()), ..self }
+    }
+    /// The same without a completion on success (`IBV_SEND_SIGNALED` cleared; the QP must
+    /// not have been created with `sq_sig_all`).
+    #[must_use]
+    pub fn unsignaled(self) -> SendWr {
+        SendWr { signaled: false, ..self }
+    }
+    /// The same waiting for earlier READs and atomics first (`IBV_SEND_FENCE`).
+    #[must_use]
+    pub fn fenced(self) -> SendWr {
+        SendWr { fence: true, ..self }
+    }
+    /// The same with the solicited-event bit (`IBV_SEND_SOLICITED`).
+    #[must_use]
+    pub fn solicited(self) -> SendWr {
+        SendWr { solicited: true, ..self }
+    }
+    /// The same sent to `dest` (UD QPs: an address handle's
+    /// [`dest`](crate::verbs::AddressHandle::dest)).
+    #[must_use]
+    pub fn to(self, dest: UdDest) -> SendWr {
+        SendWr { ud: Some(dest), ..self }
     }
 }
 
@@ -325,20 +384,28 @@ pub struct WorkCompletion {
     /// Immediate data, as on the wire.
     pub imm_data: Option<u32>,
     /// The rkey the sender asked to invalidate (SEND with invalidate).
-    pub invalidated_rkey: Option<u32>,
+    pub invalidated_rkey: Option<Rkey>,
     /// The local QP number.
-    pub qp_num: u32,
+    pub qp_num: Qpn,
     /// Source QP number (UD receives).
-    pub src_qp: u32,
+    pub src_qp: Qpn,
     /// The receive buffer starts with a 40-byte GRH area (UD receives).
     pub grh: bool,
     /// The sender set the solicited-event bit.
     pub solicited: bool,
 }
 
+impl Default for WorkCompletion {
+    /// An empty successful SEND completion: room for [`crate::verbs::CompletionQueue::poll`]
+    /// to fill (`[WorkCompletion::default(); 16]`).
+    fn default() -> WorkCompletion {
+        WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, Qpn::new(0))
+    }
+}
+
 impl WorkCompletion {
     /// A completion with only the identifying fields set.
-    pub fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: u32) -> WorkCompletion {
+    pub fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: Qpn) -> WorkCompletion {
         WorkCompletion {
             wr_id,
             status,
@@ -347,7 +414,7 @@ impl WorkCompletion {
             imm_data: None,
             invalidated_rkey: None,
             qp_num,
-            src_qp: 0,
+            src_qp: Qpn::new(0),
             grh: false,
             solicited: false,
         }

@@ -1,12 +1,12 @@
 //! Address handles (`ibv_ah`): where a UD send goes.
 //!
 //! ```no_run
-//! # use softroce::verbs::*;
-//! # fn f(pd: &ProtectionDomain, qp: &QueuePair, mr: &MemoryRegion, peer: Gid) -> Result<()> {
-//! let ah = pd.create_ah(&AddressVector::new(peer, 1))?;
-//! let mut wr = SendWr::new(1, SendOp::Send, &[mr.sge(0, 64)]);
-//! wr.ud = Some(ah.dest(0x12, 0x1111_1111)); // remote QPN and Q_Key
-//! qp.post_send(wr)?;
+//! # use softroce::prelude::*;
+//! # fn f(dev: &Device, pd: &ProtectionDomain, qp: &QueuePair, mr: &MemoryRegion, peer: Gid)
+//! #     -> Result<(), VerbsError> {
+//! let ah = pd.create_ah(&AddressVector::new(peer, dev.default_gid_index()))?;
+//! let dest = ah.dest(Qpn::new(0x12), Qkey::new(0x1111_1111)); // the peer's QPN and Q_Key
+//! qp.post_send(SendWr::send(1, &[mr.sge(0, 64)]).to(dest))?;
 //! # Ok(()) }
 //! ```
 
@@ -14,7 +14,7 @@ use super::device::Device;
 use super::error::{Error, Result};
 use super::pd::ProtectionDomain;
 use super::qp::AddressVector;
-use crate::transport::UdDest;
+use crate::transport::{Qkey, Qpn, UdDest};
 
 /// What the engine needs of an address handle.
 #[derive(Debug, Clone, Copy)]
@@ -59,7 +59,7 @@ impl AddressHandle {
     }
     /// The destination of a UD send through this handle to QP `remote_qpn` with `qkey` (a
     /// Q_Key with the high bit set means "the sending QP's own Q_Key", as in ibverbs).
-    pub fn dest(&self, remote_qpn: u32, qkey: u32) -> UdDest {
+    pub fn dest(&self, remote_qpn: Qpn, qkey: Qkey) -> UdDest {
         UdDest { ah: self.id, remote_qpn, remote_qkey: qkey }
     }
 }

@@ -6,14 +6,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
-use crossbeam::channel::{Receiver, Sender};
-use crossbeam::queue::SegQueue;
+use crossbeam_channel::{Receiver, Sender};
+use crossbeam_queue::SegQueue;
 use parking_lot::{Mutex, RwLock};
 
 use super::backend::memory::MemoryNetwork;
 use super::engine::{Command, Engine};
 use super::error::{Error, Result};
-use super::gid::{Gid, GidType, active_mtu_for_netdev};
+use super::gid::{Gid, GidIndex, GidType, active_mtu_for_netdev};
 use super::mr::MrTable;
 use crate::transport::{Counters, Mtu};
 
@@ -194,6 +194,8 @@ pub(crate) struct RxCounters {
     pub icrc_unexpected_id: AtomicU64,
     pub send_err: AtomicU64,
     pub ecn_ce: AtomicU64,
+    /// Packets the kernel dropped because the receive socket was full.
+    pub socket_drops: AtomicU64,
     // Raw backend: frames dropped before the engine sees them, and sends without a MAC.
     pub frame_truncated: AtomicU64,
     pub vlan_tagged: AtomicU64,
@@ -210,7 +212,7 @@ pub enum AsyncEvent {
     /// A QP event.
     Qp {
         /// The QP number.
-        qpn: u32,
+        qpn: crate::transport::Qpn,
         /// What happened.
         event: crate::transport::QpEvent,
     },
@@ -256,6 +258,8 @@ pub(crate) struct DeviceShared {
     pub retired_counters: Mutex<Counters>,
     /// Address handles by number.
     pub ahs: RwLock<std::collections::HashMap<u32, super::ah::AhEntry>>,
+    /// The receive socket's buffer, as granted.
+    pub recv_buffer: Option<usize>,
 }
 
 impl DeviceShared {
@@ -269,7 +273,7 @@ impl DeviceShared {
 
     /// Sends a command to the engine and waits for the answer.
     pub(crate) fn call<T>(&self, make: impl FnOnce(Sender<T>) -> Command) -> Result<T> {
-        let (tx, rx) = crossbeam::channel::bounded(1);
+        let (tx, rx) = crossbeam_channel::bounded(1);
         self.cmd_tx.send(make(tx)).map_err(|_| Error::EngineGone)?;
         let _ = self.waker.wake();
         rx.recv().map_err(|_| Error::EngineGone)
@@ -317,7 +321,7 @@ struct Iface {
 }
 
 fn interfaces() -> Vec<Iface> {
-    pnet::datalink::interfaces()
+    pnet_datalink::interfaces()
         .into_iter()
         .map(|i| {
             let mtu = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", i.name))
@@ -538,17 +542,18 @@ impl Device {
                 Box::new(b)
             }
             BackendKind::Udp => {
-                Box::new(super::backend::udp::UdpBackend::new(ip, cfg.port, cfg.gso).map_err(|source| {
-                    Error::Bind { addr: std::net::SocketAddr::new(ip, cfg.port), source }
-                })?)
+                Box::new(super::backend::udp::UdpBackend::new(ip, cfg.port, cfg.gso, rx.clone()).map_err(
+                    |source| Error::Bind { addr: std::net::SocketAddr::new(ip, cfg.port), source },
+                )?)
             }
             BackendKind::Memory(net) => {
                 Box::new(super::backend::memory::MemoryBackend::new(net, ip, cfg.port))
             }
         };
+        let recv_buffer = backend.recv_buffer_size();
         let poll = mio::Poll::new()?;
         let waker = Arc::new(mio::Waker::new(poll.registry(), super::engine::WAKE)?);
-        let (cmd_tx, cmd_rx): (Sender<Command>, Receiver<Command>) = crossbeam::channel::unbounded();
+        let (cmd_tx, cmd_rx): (Sender<Command>, Receiver<Command>) = crossbeam_channel::unbounded();
         let shared = Arc::new(DeviceShared {
             name: info.name,
             ip,
@@ -573,6 +578,7 @@ impl Device {
             pd_count: AtomicU32::new(0),
             retired_counters: Mutex::new(Counters::default()),
             ahs: RwLock::new(std::collections::HashMap::new()),
+            recv_buffer,
         });
         let engine = Engine::new(shared.clone(), backend, poll, cmd_rx, cfg.spin)?;
         let thread =
@@ -607,11 +613,11 @@ impl Device {
     pub fn query_port(&self) -> &PortAttr {
         &self.shared.port
     }
-    /// `ibv_query_gid`.
-    pub fn gid(&self, index: u8) -> Result<Gid> {
+    /// `ibv_query_gid`: the GID at `index`.
+    pub fn gid(&self, index: GidIndex) -> Result<Gid> {
         self.shared
             .gids
-            .get(index as usize)
+            .get(usize::from(index.value()))
             .copied()
             .ok_or(Error::GidIndex { index, len: self.shared.gids.len() })
     }
@@ -619,10 +625,35 @@ impl Device {
     pub fn gid_table(&self) -> Vec<(Gid, GidType)> {
         self.shared.gids.iter().map(|g| (*g, GidType::RoceV2)).collect()
     }
-    /// The index of the GID of the device's IP address (what tools should default to).
-    pub fn default_gid_index(&self) -> u8 {
-        let g = Gid::from_ip(self.shared.ip);
-        self.shared.gids.iter().position(|x| *x == g).unwrap_or(0) as u8
+    /// The index of the GID of the device's own IP address ([`Device::ip`]): the source GID
+    /// to use unless there is a reason to pick another (what the tools default to).
+    pub fn default_gid_index(&self) -> GidIndex {
+        self.gid_index_for(self.shared.ip).unwrap_or(GidIndex::LINK_LOCAL)
+    }
+    /// The index of the GID of local address `ip`, if the device serves it.
+    ///
+    /// ```no_run
+    /// # use softroce::prelude::*;
+    /// let dev = Device::open(DeviceConfig::new("127.0.0.1"))?;
+    /// let index = dev.gid_index_for("127.0.0.1".parse()?).expect("the device's own address");
+    /// assert_eq!(index, dev.default_gid_index());
+    /// assert_eq!(dev.gid(index)?, Gid::from_ip(dev.ip()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn gid_index_for(&self, ip: IpAddr) -> Option<GidIndex> {
+        let g = Gid::from_ip(ip);
+        let i = self.shared.gids.iter().position(|x| *x == g)?;
+        u8::try_from(i).ok().map(GidIndex::new)
+    }
+    /// The GID of the device's own IP address: what a peer sends to.
+    pub fn own_gid(&self) -> Gid {
+        Gid::from_ip(self.shared.ip)
+    }
+    /// The bytes the kernel holds for this device's receive socket before it drops packets
+    /// (`rcvd_socket_drops`), where the backend has one: softroce asks for 32 MiB, an
+    /// unprivileged process gets at most twice `net.core.rmem_max`.
+    pub fn socket_receive_buffer(&self) -> Option<usize> {
+        self.shared.recv_buffer
     }
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<super::ProtectionDomain> {
@@ -724,6 +755,10 @@ pub struct DeviceCounters {
     /// Packets received with ECN Congestion Experienced (mlx5 calls it
     /// `np_ecn_marked_roce_packets`).
     pub rcvd_ecn_ce: u64,
+    /// Packets the kernel dropped because the device's receive socket was full: the engine
+    /// fell behind its peers (UDP backend: the socket's `drops` in `/proc/net/udp`; raw
+    /// backend: the packet socket's `tp_drops`). On a lossless path this stays 0.
+    pub rcvd_socket_drops: u64,
     /// Raw backend: frames shorter than their headers say, or longer than a receive slot.
     pub rcvd_frame_truncated: u64,
     /// Raw backend: VLAN-tagged frames (softroce serves the untagged interface).
@@ -752,6 +787,7 @@ impl DeviceCounters {
             ("rcvd_bad_source", self.rcvd_bad_source),
             ("icrc_unexpected_id", self.icrc_unexpected_id),
             ("rcvd_ecn_ce", self.rcvd_ecn_ce),
+            ("rcvd_socket_drops", self.rcvd_socket_drops),
             ("rcvd_frame_truncated", self.rcvd_frame_truncated),
             ("rcvd_vlan_tagged", self.rcvd_vlan_tagged),
             ("rcvd_ip_hdr_err", self.rcvd_ip_hdr_err),

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crossbeam::channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender};
 
 use super::backend::{Backend, Datagram, Outgoing};
 use super::cq::CqShared;
@@ -31,7 +31,7 @@ use super::qp::{AddressVector, QpAttrs, QpInfo, QpShared};
 use super::rundir::RunDir;
 use super::srq::{SRQ_TAG, SrqAttr, SrqShared};
 use super::stall::StallClock;
-use crate::transport::{Counters, GRH_LEN, Qp, QpType, Srq, Time, WcOpcode, WcStatus, WorkCompletion};
+use crate::transport::{Counters, GRH_LEN, Qp, QpType, Qpn, Srq, Time, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::icrc::{self, RecoveredIpv4};
 use crate::wire::roce::{IpRepr, RoceFrameRepr};
 use crate::wire::{ICRC_LEN, Packet};
@@ -199,6 +199,7 @@ impl Engine {
             self.publish();
             self.stats.dirty |= work;
             if self.stats.dirty && self.stats.due() {
+                self.backend.refresh_counters();
                 let c = self.st.counters();
                 self.stats.write(&c, false);
             }
@@ -256,6 +257,7 @@ impl Engine {
                     // Send what is queued (ACKs above all) before going away.
                     let now = self.now();
                     self.transmit(now);
+                    self.backend.refresh_counters();
                     let c = self.st.counters();
                     self.stats.write(&c, true);
                     return None;
@@ -300,8 +302,8 @@ impl Engine {
                         attr: *s.qp.attr(),
                         av: s.av,
                         cap: *s.qp.caps(),
-                        sq_psn: s.qp.next_send_psn().value(),
-                        rq_psn: s.qp.expected_psn().value(),
+                        sq_psn: s.qp.next_send_psn(),
+                        rq_psn: s.qp.expected_psn(),
                         counters: s.qp.counters().clone(),
                     });
                     let _ = reply.send(info);
@@ -313,7 +315,8 @@ impl Engine {
                     let _ = reply.send(());
                 }
                 Command::Counters(reply) => {
-                    let _ = reply.send(st.counters());
+                    self.backend.refresh_counters();
+                    let _ = reply.send(self.st.counters());
                 }
                 Command::CreateSrq { shared, max_wr, max_sge, limit, reply } => {
                     let r = Srq::new(shared.srqn, shared.pd, max_wr, max_sge, limit).map(|srq| {
@@ -392,7 +395,7 @@ impl Engine {
                 if slot.qp.post_send(wr).is_err() {
                     // The state changed under the post (e.g. to RESET): report it.
                     slot.shared.send_outstanding.fetch_sub(1, Ordering::SeqCst);
-                    let wc = WorkCompletion::new(id, WcStatus::LocQpOpErr, WcOpcode::Send, qpn);
+                    let wc = WorkCompletion::new(id, WcStatus::LocQpOpErr, WcOpcode::Send, Qpn::new(qpn));
                     slot.send_cq.push(wc);
                 }
             }
@@ -644,6 +647,7 @@ impl State {
             icrc_unexpected_id: rx.icrc_unexpected_id.load(Ordering::Relaxed),
             send_err: rx.send_err.load(Ordering::Relaxed),
             rcvd_ecn_ce: rx.ecn_ce.load(Ordering::Relaxed),
+            rcvd_socket_drops: rx.socket_drops.load(Ordering::Relaxed),
             rcvd_frame_truncated: rx.frame_truncated.load(Ordering::Relaxed),
             rcvd_vlan_tagged: rx.vlan_tagged.load(Ordering::Relaxed),
             rcvd_ip_hdr_err: rx.ip_hdr_err.load(Ordering::Relaxed),
@@ -657,7 +661,7 @@ impl State {
     fn modify(&mut self, qpn: u32, attrs: &QpAttrs) -> Result<()> {
         let port = self.port;
         let (locals, gids) = (&self.shared.addresses, &self.shared.gids);
-        let slot = self.qps.get_mut(&qpn).ok_or(Error::NoSuchQp(qpn))?;
+        let slot = self.qps.get_mut(&qpn).ok_or(Error::NoSuchQp(Qpn::new(qpn)))?;
         slot.qp.modify(&attrs.to_update())?;
         if let Some(av) = attrs.av {
             slot.av = Some(av);
@@ -665,9 +669,9 @@ impl State {
         slot.shared.path_mtu.store(slot.qp.attr().path_mtu as u8, Ordering::Relaxed);
         // Connected QPs know their peer once they have an address vector and a dest QPN.
         if let (Some(av), QpType::Rc | QpType::Uc) = (slot.av, slot.qp.qp_type())
-            && slot.qp.attr().dest_qpn != 0
+            && slot.qp.attr().dest_qpn != Qpn::new(0)
         {
-            let src_port = rc_udp_sport(av.flow_label, qpn, slot.qp.attr().dest_qpn);
+            let src_port = rc_udp_sport(av.flow_label, qpn, slot.qp.attr().dest_qpn.value());
             slot.path = Some(path_to(locals, gids, &av, src_port, port).ok_or(Error::Unreachable(av.dgid))?);
         }
         Ok(())
@@ -770,7 +774,7 @@ impl State {
         slot.send_cq.notify();
         slot.recv_cq.notify();
         while let Some(event) = q.poll_event() {
-            self.shared.events.push(AsyncEvent::Qp { qpn, event });
+            self.shared.events.push(AsyncEvent::Qp { qpn: Qpn::new(qpn), event });
         }
         slot.shared.set_state(q.state());
         if let Some(t) = q.poll_timeout()
@@ -796,7 +800,7 @@ fn take_recvs(slot: &mut Slot) {
         let id = wr.wr_id;
         if slot.qp.post_recv(wr).is_err() {
             slot.shared.recv_outstanding.fetch_sub(1, Ordering::SeqCst);
-            let wc = WorkCompletion::new(id, WcStatus::LocQpOpErr, WcOpcode::Recv, slot.shared.qpn);
+            let wc = WorkCompletion::new(id, WcStatus::LocQpOpErr, WcOpcode::Recv, Qpn::new(slot.shared.qpn));
             slot.recv_cq.push(wc);
         }
     }
@@ -807,7 +811,7 @@ fn take_recvs(slot: &mut Slot) {
 /// family, else from the device's first address of that family (`None` if it has none).
 fn path_to(locals: &[IpAddr], gids: &[Gid], av: &AddressVector, src_port: u16, port: u16) -> Option<Path> {
     let dst_ip = av.dgid.to_ip();
-    let sgid = gids.get(av.sgid_index as usize).map(|g| g.to_ip());
+    let sgid = gids.get(usize::from(av.sgid_index.value())).map(|g| g.to_ip());
     let local = sgid
         .filter(|a| locals.contains(a) && a.is_ipv4() == dst_ip.is_ipv4())
         .or_else(|| locals.iter().copied().find(|a| a.is_ipv4() == dst_ip.is_ipv4()))?;

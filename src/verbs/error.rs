@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use crate::transport::{ModifyError, PostError};
+use crate::transport::{Lkey, ModifyError, PostError, Qpn};
 
 /// Why a verbs call failed.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +53,7 @@ pub enum Error {
     #[error("GID index {index} is out of range: the table has {len} entries")]
     GidIndex {
         /// Requested index.
-        index: u8,
+        index: crate::verbs::GidIndex,
         /// Table length.
         len: usize,
     },
@@ -61,24 +61,24 @@ pub enum Error {
     #[error("GID {0} cannot be reached from this device (address family or scope mismatch)")]
     Unreachable(crate::verbs::Gid),
     /// An SGE names a key that is not registered.
-    #[error("lkey {0:#x} is not a registered memory region")]
-    BadLkey(u32),
+    #[error("lkey {0} is not a registered memory region")]
+    BadLkey(Lkey),
     /// An SGE's region belongs to another protection domain.
-    #[error("lkey {0:#x} belongs to another protection domain")]
-    PdMismatch(u32),
+    #[error("lkey {0} belongs to another protection domain")]
+    PdMismatch(Lkey),
     /// An SGE reaches outside its region.
-    #[error("SGE {addr:#x}+{len} is outside the memory region of lkey {lkey:#x}")]
+    #[error("SGE {addr:#x}+{len} is outside the memory region of lkey {lkey}")]
     SgeOutOfRegion {
         /// SGE address.
         addr: u64,
         /// SGE length.
         len: u32,
         /// SGE key.
-        lkey: u32,
+        lkey: Lkey,
     },
     /// The receive or READ target region lacks LOCAL_WRITE.
-    #[error("lkey {0:#x} lacks LOCAL_WRITE, which receives, READs and atomics need")]
-    NotLocalWrite(u32),
+    #[error("lkey {0} lacks LOCAL_WRITE, which receives, READs and atomics need")]
+    NotLocalWrite(Lkey),
     /// A device limit was exceeded.
     #[error("device limit exceeded: {what} (max {max})")]
     Limit {
@@ -87,6 +87,9 @@ pub enum Error {
         /// Its value.
         max: u64,
     },
+    /// The memory for a region could not be allocated.
+    #[error("cannot allocate {0} bytes of memory")]
+    NoMemory(usize),
     /// An argument is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
@@ -97,8 +100,8 @@ pub enum Error {
     #[error(transparent)]
     OutOfRegion(#[from] crate::verbs::mr::OutOfRegion),
     /// The QP was destroyed.
-    #[error("QP {0:#x} does not exist (destroyed?)")]
-    NoSuchQp(u32),
+    #[error("QP {0} does not exist (destroyed?)")]
+    NoSuchQp(Qpn),
     /// `modify_srq` was refused.
     #[error(transparent)]
     Srq(#[from] crate::transport::SrqError),

@@ -74,6 +74,48 @@ impl From<Ipv4Addr> for Gid {
     }
 }
 
+/// An index into a device's GID table (`sgid_index`, `-g`, `-x`).
+///
+/// softroce's table is laid out as kernel rxe's: index 0 is the link-local default GID, the
+/// device's own addresses follow (for a device opened on an IPv4 address, index 1 is that
+/// address: the index perftest and `-g 1` users pass). Rather than writing the number, ask the
+/// device: [`crate::verbs::Device::default_gid_index`] (its own address) or
+/// [`crate::verbs::Device::gid_index_for`] (a given local address).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct GidIndex(u8);
+
+impl GidIndex {
+    /// Index 0: the link-local default GID every port has.
+    pub const LINK_LOCAL: GidIndex = GidIndex(0);
+
+    /// Wraps a raw index (checked against the table when used).
+    pub const fn new(index: u8) -> GidIndex {
+        GidIndex(index)
+    }
+    /// The raw index.
+    pub const fn value(self) -> u8 {
+        self.0
+    }
+}
+
+impl From<GidIndex> for u8 {
+    fn from(i: GidIndex) -> u8 {
+        i.0
+    }
+}
+
+impl fmt::Display for GidIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Debug for GidIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "GidIndex({})", self.0)
+    }
+}
+
 /// The kind of a GID table entry (rxe has only RoCE v2 entries).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GidType {

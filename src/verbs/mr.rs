@@ -32,7 +32,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 
-use crate::transport::{Access, AtomicOp, MemError, Memory};
+use crate::transport::{Access, AtomicOp, Lkey, MemError, Memory, RemoteAddr, Rkey};
 
 /// The bytes of a region as atomic words plus, for borrowed memory whose length is not a
 /// multiple of eight, a tail of atomic bytes that no word overlaps.
@@ -55,9 +55,21 @@ unsafe impl Send for AtomicBytes {}
 unsafe impl Sync for AtomicBytes {}
 
 impl AtomicBytes {
-    fn owned(len: usize) -> AtomicBytes {
+    /// `len` zeroed bytes, or `None` when the memory cannot be had. The allocation is zeroed
+    /// by the allocator (pages the OS hands out are already zero and are not touched here), so
+    /// a large region costs memory only as it is used, and a failure is an error, not an abort.
+    fn owned(len: usize) -> Option<AtomicBytes> {
         let words = len.div_ceil(8).max(1);
-        AtomicBytes { storage: Storage::Owned((0..words).map(|_| AtomicU64::new(0)).collect()), len }
+        let layout = std::alloc::Layout::array::<AtomicU64>(words).ok()?;
+        // SAFETY: `layout` has a nonzero size (at least one word).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) } as *mut AtomicU64;
+        if ptr.is_null() {
+            return None;
+        }
+        // SAFETY: `ptr` was allocated by the global allocator with the layout of `[AtomicU64;
+        // words]`, and all-zero bytes are a valid `AtomicU64`; the box takes ownership.
+        let b = unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, words)) };
+        Some(AtomicBytes { storage: Storage::Owned(b), len })
     }
 
     /// # Safety
@@ -461,13 +473,14 @@ impl MemoryRegion {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Local key, for scatter/gather entries.
-    pub fn lkey(&self) -> u32 {
-        self.inner.lkey
+    /// Local key, for scatter/gather entries (see [`MemoryRegion::sge`]).
+    pub fn lkey(&self) -> Lkey {
+        Lkey::new(self.inner.lkey)
     }
-    /// Remote key, for peers (0 when the region grants no remote access).
-    pub fn rkey(&self) -> u32 {
-        self.inner.rkey
+    /// Remote key, for peers (0 when the region grants no remote access; see
+    /// [`MemoryRegion::remote`]).
+    pub fn rkey(&self) -> Rkey {
+        Rkey::new(self.inner.rkey)
     }
     /// Access rights.
     pub fn access(&self) -> Access {
@@ -475,7 +488,12 @@ impl MemoryRegion {
     }
     /// A scatter/gather entry for `len` bytes at `offset`.
     pub fn sge(&self, offset: usize, len: u32) -> crate::transport::Sge {
-        crate::transport::Sge { addr: self.inner.addr + offset as u64, length: len, lkey: self.inner.lkey }
+        crate::transport::Sge { addr: self.inner.addr + offset as u64, length: len, lkey: self.lkey() }
+    }
+    /// What a peer names to reach the byte at `offset` with RDMA READ, WRITE or an atomic: the
+    /// address and the rkey (send it to the peer out of band).
+    pub fn remote(&self, offset: usize) -> RemoteAddr {
+        RemoteAddr { addr: self.inner.addr + offset as u64, rkey: self.rkey() }
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<(), OutOfRegion> {
@@ -550,7 +568,7 @@ impl Drop for MemoryRegion {
     }
 }
 
-pub(crate) fn new_owned_bytes(len: usize) -> AtomicBytes {
+pub(crate) fn new_owned_bytes(len: usize) -> Option<AtomicBytes> {
     AtomicBytes::owned(len)
 }
 
@@ -567,7 +585,7 @@ mod tests {
 
     #[test]
     fn unaligned_reads_and_writes() {
-        let b = AtomicBytes::owned(37);
+        let b = AtomicBytes::owned(37).unwrap();
         let data: Vec<u8> = (0..37).collect();
         b.write(0, &data);
         for off in 0..37 {
@@ -617,7 +635,7 @@ mod tests {
                 // SAFETY: 8-aligned, `len` valid bytes, only accessed through `b` below.
                 unsafe { AtomicBytes::borrowed(backing.as_mut_ptr() as *mut u8, len) }
             } else {
-                AtomicBytes::owned(len)
+                AtomicBytes::owned(len).unwrap()
             };
             let mut model = vec![0u8; len];
             for (off, n, seed, is_write) in ops {
@@ -641,7 +659,7 @@ mod tests {
 
     #[test]
     fn concurrent_partial_writes_keep_neighbours() {
-        let b = Arc::new(AtomicBytes::owned(8));
+        let b = Arc::new(AtomicBytes::owned(8).unwrap());
         let t: Vec<_> = (0..8u8)
             .map(|i| {
                 let b = b.clone();

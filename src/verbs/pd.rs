@@ -19,6 +19,16 @@ impl ProtectionDomain {
         &self.device
     }
 
+    /// Zeroed bytes for a region the library owns: within `max_mr_size`, and a typed error when
+    /// the memory is not there.
+    fn owned_bytes(&self, len: usize) -> Result<super::mr::AtomicBytes> {
+        let max = self.device.shared.attr.max_mr_size;
+        if len as u64 > max {
+            return Err(Error::Limit { what: "max_mr_size", max });
+        }
+        new_owned_bytes(len).ok_or(Error::NoMemory(len))
+    }
+
     fn check_mr_limit(&self) -> Result<()> {
         let max = self.device.shared.attr.max_mr;
         if self.device.shared.mrs.read().len() >= max as usize {
@@ -31,7 +41,7 @@ impl ProtectionDomain {
     /// memory model in [`super::mr`]).
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion> {
         self.check_mr_limit()?;
-        let bytes = new_owned_bytes(len);
+        let bytes = self.owned_bytes(len)?;
         let mut table = self.device.shared.mrs.write();
         // The region's address is where its bytes live, as with ibverbs.
         let addr = 0x1000u64.max(bytes_addr(&bytes));
@@ -44,7 +54,7 @@ impl ProtectionDomain {
     /// the region's rkey (for protocols that hand out one-shot rkeys).
     pub fn alloc_mr_remote_invalidate(&self, len: usize, access: Access) -> Result<MemoryRegion> {
         self.check_mr_limit()?;
-        let bytes = new_owned_bytes(len);
+        let bytes = self.owned_bytes(len)?;
         let addr = 0x1000u64.max(bytes_addr(&bytes));
         let inner = self.device.shared.mrs.write().insert(self.id, addr, access, bytes, true);
         Ok(MemoryRegion { inner, device: self.device.shared.clone() })

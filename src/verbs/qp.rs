@@ -7,17 +7,18 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
-use crossbeam::queue::ArrayQueue;
+use crossbeam_queue::ArrayQueue;
 
 use super::cq::{CompletionQueue, CqShared};
 use super::device::Device;
 use super::engine::Command;
 use super::error::{Error, Result};
-use super::gid::Gid;
+use super::gid::{Gid, GidIndex};
 use super::pd::ProtectionDomain;
 use super::srq::{SharedReceiveQueue, SrqInner, SrqShared};
 use crate::transport::{
-    Access, MemError, Mtu, Payload, PostError, QpAttr, QpAttrUpdate, QpCaps, QpState, QpType, RecvWr, SendWr,
+    Access, MemError, Mtu, Payload, PostError, Qkey, QpAttr, QpAttrUpdate, QpCaps, QpState, QpType, Qpn,
+    RecvWr, SendWr,
 };
 use crate::wire::Psn;
 
@@ -60,6 +61,51 @@ impl<'a> QpInitAttr<'a> {
     pub fn ud(send_cq: &'a CompletionQueue, recv_cq: &'a CompletionQueue) -> QpInitAttr<'a> {
         QpInitAttr::new(QpType::Ud, send_cq, recv_cq)
     }
+    /// The same with these queue capacities.
+    #[must_use]
+    pub fn with_caps(self, cap: QpCaps) -> QpInitAttr<'a> {
+        QpInitAttr { cap, ..self }
+    }
+    /// The same with a send queue of `n` work requests (`cap.max_send_wr`).
+    #[must_use]
+    pub fn max_send_wr(mut self, n: u32) -> QpInitAttr<'a> {
+        self.cap.max_send_wr = n;
+        self
+    }
+    /// The same with a receive queue of `n` work requests (`cap.max_recv_wr`).
+    #[must_use]
+    pub fn max_recv_wr(mut self, n: u32) -> QpInitAttr<'a> {
+        self.cap.max_recv_wr = n;
+        self
+    }
+    /// The same with up to `n` scatter/gather entries per send work request.
+    #[must_use]
+    pub fn max_send_sge(mut self, n: u32) -> QpInitAttr<'a> {
+        self.cap.max_send_sge = n;
+        self
+    }
+    /// The same with up to `n` scatter/gather entries per receive work request.
+    #[must_use]
+    pub fn max_recv_sge(mut self, n: u32) -> QpInitAttr<'a> {
+        self.cap.max_recv_sge = n;
+        self
+    }
+    /// The same with inline sends of up to `n` bytes.
+    #[must_use]
+    pub fn max_inline_data(mut self, n: u32) -> QpInitAttr<'a> {
+        self.cap.max_inline_data = n;
+        self
+    }
+    /// The same taking its receives from `srq`.
+    #[must_use]
+    pub fn with_srq(self, srq: &'a SharedReceiveQueue) -> QpInitAttr<'a> {
+        QpInitAttr { srq: Some(srq), ..self }
+    }
+    /// The same generating a completion for every send work request (`sq_sig_all`).
+    #[must_use]
+    pub fn signal_all(self) -> QpInitAttr<'a> {
+        QpInitAttr { sq_sig_all: true, ..self }
+    }
 }
 
 /// Where a connected QP sends (`ibv_ah_attr` with its GRH).
@@ -67,8 +113,9 @@ impl<'a> QpInitAttr<'a> {
 pub struct AddressVector {
     /// Destination GID (the peer's IP address as a GID).
     pub dgid: Gid,
-    /// Index of the source GID in this device's table.
-    pub sgid_index: u8,
+    /// Index of the source GID in this device's table ([`Device::default_gid_index`],
+    /// [`Device::gid_index_for`]).
+    pub sgid_index: GidIndex,
     /// Hop limit / TTL.
     pub hop_limit: u8,
     /// Traffic class (DSCP << 2 | ECN).
@@ -81,7 +128,7 @@ pub struct AddressVector {
 
 impl AddressVector {
     /// An address vector to `dgid` from source GID `sgid_index`, hop limit 64.
-    pub fn new(dgid: Gid, sgid_index: u8) -> AddressVector {
+    pub fn new(dgid: Gid, sgid_index: GidIndex) -> AddressVector {
         AddressVector { dgid, sgid_index, hop_limit: 64, traffic_class: 0, flow_label: 0, sl: 0 }
     }
 }
@@ -97,11 +144,11 @@ pub struct QpAttrs {
     /// `IBV_QP_PATH_MTU`.
     pub path_mtu: Option<Mtu>,
     /// `IBV_QP_DEST_QPN`.
-    pub dest_qpn: Option<u32>,
+    pub dest_qpn: Option<Qpn>,
     /// `IBV_QP_RQ_PSN`.
-    pub rq_psn: Option<u32>,
+    pub rq_psn: Option<Psn>,
     /// `IBV_QP_SQ_PSN`.
-    pub sq_psn: Option<u32>,
+    pub sq_psn: Option<Psn>,
     /// `IBV_QP_MAX_QP_RD_ATOMIC`.
     pub max_rd_atomic: Option<u8>,
     /// `IBV_QP_MAX_DEST_RD_ATOMIC`.
@@ -115,7 +162,7 @@ pub struct QpAttrs {
     /// `IBV_QP_RNR_RETRY`.
     pub rnr_retry: Option<u8>,
     /// `IBV_QP_QKEY`.
-    pub qkey: Option<u32>,
+    pub qkey: Option<Qkey>,
     /// `IBV_QP_PKEY_INDEX` (only index 0 exists).
     pub pkey_index: Option<u16>,
     /// `IBV_QP_PORT` (only port 1 exists).
@@ -136,7 +183,7 @@ impl QpAttrs {
         }
     }
     /// RESET → INIT for a UD QP with its Q_Key.
-    pub fn init_ud(qkey: u32) -> QpAttrs {
+    pub fn init_ud(qkey: Qkey) -> QpAttrs {
         QpAttrs {
             state: Some(QpState::Init),
             qkey: Some(qkey),
@@ -147,7 +194,7 @@ impl QpAttrs {
     }
     /// INIT → RTR for an RC QP: the peer, the path MTU, the PSN the peer starts at, and
     /// the responder's resources (READ/atomic depth 16, RNR timer 12 = 0.64 ms, as perftest).
-    pub fn rtr(av: AddressVector, path_mtu: Mtu, dest_qpn: u32, rq_psn: u32) -> QpAttrs {
+    pub fn rtr(av: AddressVector, path_mtu: Mtu, dest_qpn: Qpn, rq_psn: Psn) -> QpAttrs {
         QpAttrs {
             state: Some(QpState::Rtr),
             av: Some(av),
@@ -161,7 +208,7 @@ impl QpAttrs {
     }
     /// RTR → RTS for an RC QP: timeout 14 (67 ms), 7 retries, infinite RNR retries,
     /// READ/atomic depth 16.
-    pub fn rts(sq_psn: u32) -> QpAttrs {
+    pub fn rts(sq_psn: Psn) -> QpAttrs {
         QpAttrs {
             state: Some(QpState::Rts),
             sq_psn: Some(sq_psn),
@@ -173,7 +220,7 @@ impl QpAttrs {
         }
     }
     /// INIT → RTR for a UC QP: the peer, the path MTU and the PSN the peer starts at.
-    pub fn rtr_uc(av: AddressVector, path_mtu: Mtu, dest_qpn: u32, rq_psn: u32) -> QpAttrs {
+    pub fn rtr_uc(av: AddressVector, path_mtu: Mtu, dest_qpn: Qpn, rq_psn: Psn) -> QpAttrs {
         QpAttrs {
             state: Some(QpState::Rtr),
             av: Some(av),
@@ -184,7 +231,7 @@ impl QpAttrs {
         }
     }
     /// RTR → RTS for a UC or UD QP: only the first PSN it sends.
-    pub fn rts_unreliable(sq_psn: u32) -> QpAttrs {
+    pub fn rts_unreliable(sq_psn: Psn) -> QpAttrs {
         QpAttrs { state: Some(QpState::Rts), sq_psn: Some(sq_psn), ..QpAttrs::default() }
     }
     /// INIT → RTR for a UD QP (no peer: each send names its address handle).
@@ -203,8 +250,8 @@ impl QpAttrs {
             access: self.access,
             path_mtu: self.path_mtu,
             dest_qpn: self.dest_qpn,
-            rq_psn: self.rq_psn.map(Psn::new),
-            sq_psn: self.sq_psn.map(Psn::new),
+            rq_psn: self.rq_psn,
+            sq_psn: self.sq_psn,
             max_rd_atomic: self.max_rd_atomic,
             max_dest_rd_atomic: self.max_dest_rd_atomic,
             min_rnr_timer: self.min_rnr_timer,
@@ -216,6 +263,83 @@ impl QpAttrs {
             port: self.port_num.is_some(),
             pkey_index: self.pkey_index.is_some(),
         }
+    }
+}
+
+/// One end of a connection: what two peers exchange out of band (over TCP, a file, a
+/// message) before they connect their QPs: the GID to send to, the QP number and the first PSN
+/// (rdma-core's pingpong record, the `ibverbs` crate's `QueuePairEndpoint`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpEndpoint {
+    /// The GID packets to this QP go to (the peer device's [`Device::own_gid`]).
+    pub gid: Gid,
+    /// The QP number.
+    pub qpn: Qpn,
+    /// The first PSN this QP sends (what its peer expects first).
+    pub psn: Psn,
+}
+
+/// A random starting PSN (24 bits), as ibverbs programs pick with `lrand48() & 0xffffff`.
+pub fn random_psn() -> Psn {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
+    );
+    Psn::new(h.finish() as u32)
+}
+
+/// The attributes [`QueuePair::connect`] uses beyond the two endpoints. The defaults are
+/// perftest's: timeout 14 (67 ms), 7 retries, infinite RNR retries, RNR timer 12 (0.64 ms),
+/// 16 outstanding READs/atomics each way, the port's active MTU, the device's own GID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// Remote access rights granted to the peer (RC and UC; UC ignores READ and atomics).
+    pub access: Access,
+    /// Path MTU; `None`: the port's active MTU.
+    pub mtu: Option<Mtu>,
+    /// The source GID; `None`: [`Device::default_gid_index`].
+    pub sgid_index: Option<GidIndex>,
+    /// Local ACK timeout code (4.096 µs × 2^timeout; RC).
+    pub timeout: u8,
+    /// Transport retries (RC).
+    pub retry_cnt: u8,
+    /// RNR retries, 7 = infinite (RC).
+    pub rnr_retry: u8,
+    /// RNR NAK timer code this responder asks for (RC).
+    pub min_rnr_timer: u8,
+    /// READs/atomics outstanding as requester (RC).
+    pub max_rd_atomic: u8,
+    /// READs/atomics accepted as responder (RC).
+    pub max_dest_rd_atomic: u8,
+    /// Hop limit of the packets.
+    pub hop_limit: u8,
+    /// Traffic class (DSCP << 2 | ECN).
+    pub traffic_class: u8,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> ConnectOptions {
+        ConnectOptions {
+            access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+            mtu: None,
+            sgid_index: None,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
+            hop_limit: 64,
+            traffic_class: 0,
+        }
+    }
+}
+
+impl ConnectOptions {
+    /// The defaults with these remote access rights.
+    pub fn with_access(access: Access) -> ConnectOptions {
+        ConnectOptions { access, ..ConnectOptions::default() }
     }
 }
 
@@ -231,9 +355,9 @@ pub struct QpInfo {
     /// Capacities.
     pub cap: QpCaps,
     /// The next PSN the QP will send.
-    pub sq_psn: u32,
+    pub sq_psn: Psn,
     /// The PSN it expects next.
-    pub rq_psn: u32,
+    pub rq_psn: Psn,
     /// Its counters.
     pub counters: crate::transport::Counters,
 }
@@ -360,8 +484,8 @@ impl QueuePair {
     }
 
     /// The QP number.
-    pub fn qp_num(&self) -> u32 {
-        self.shared.qpn
+    pub fn qp_num(&self) -> Qpn {
+        Qpn::new(self.shared.qpn)
     }
     /// The transport type.
     pub fn qp_type(&self) -> QpType {
@@ -404,10 +528,66 @@ impl QueuePair {
         self.device.shared.call(|reply| Command::ModifyQp { qpn, attrs, reply })?
     }
 
+    /// This QP's endpoint for a peer: the device's own GID, the QP number and `psn`, the
+    /// first PSN it will send (pass the same to [`QueuePair::connect`]).
+    pub fn endpoint(&self, psn: Psn) -> QpEndpoint {
+        QpEndpoint { gid: self.device.own_gid(), qpn: self.qp_num(), psn }
+    }
+
+    /// Connects an RC or UC QP to its peer in one call: INIT (from RESET; a QP already in INIT
+    /// keeps its access rights), RTR (to `remote`) and RTS (sending from `local.psn`), with
+    /// `opts`. `local` is what this side sent the peer ([`QueuePair::endpoint`]), `remote` what
+    /// it received. The peer may send as soon as this returns: to have receives posted by
+    /// then, move the QP to INIT first (`qp.modify(&QpAttrs::init(access))`) and post them
+    /// before connecting.
+    ///
+    /// The same as the three [`QueuePair::modify`] calls with [`QpAttrs::init`],
+    /// [`QpAttrs::rtr`] and [`QpAttrs::rts`] (UC: [`QpAttrs::rtr_uc`],
+    /// [`QpAttrs::rts_unreliable`]), which remain available for other attribute sets.
+    pub fn connect(&self, local: &QpEndpoint, remote: &QpEndpoint, opts: &ConnectOptions) -> Result<()> {
+        let qp_type = self.qp_type();
+        if qp_type == QpType::Ud {
+            return Err(Error::InvalidArgument("a UD QP has no peer to connect to: use QpAttrs::init_ud"));
+        }
+        if local.qpn != self.qp_num() || self.device.gid_index_for(local.gid.to_ip()).is_none() {
+            return Err(Error::InvalidArgument("the local endpoint is another QP's"));
+        }
+        let sgid_index = opts.sgid_index.unwrap_or_else(|| self.device.default_gid_index());
+        let mut av = AddressVector::new(remote.gid, sgid_index);
+        av.hop_limit = opts.hop_limit;
+        av.traffic_class = opts.traffic_class;
+        let mtu = opts.mtu.unwrap_or(self.device.query_port().active_mtu);
+        match self.state() {
+            QpState::Reset => self.modify(&QpAttrs::init(opts.access))?,
+            QpState::Init => {}
+            _ => return Err(Error::InvalidArgument("connect needs a QP in RESET or INIT")),
+        }
+        if qp_type == QpType::Uc {
+            self.modify(&QpAttrs::rtr_uc(av, mtu, remote.qpn, remote.psn))?;
+            return self.modify(&QpAttrs::rts_unreliable(local.psn));
+        }
+        let rtr = QpAttrs {
+            max_dest_rd_atomic: Some(opts.max_dest_rd_atomic),
+            min_rnr_timer: Some(opts.min_rnr_timer),
+            ..QpAttrs::rtr(av, mtu, remote.qpn, remote.psn)
+        };
+        self.modify(&rtr)?;
+        self.modify(&QpAttrs {
+            timeout: Some(opts.timeout),
+            retry_cnt: Some(opts.retry_cnt),
+            rnr_retry: Some(opts.rnr_retry),
+            max_rd_atomic: Some(opts.max_rd_atomic),
+            ..QpAttrs::rts(local.psn)
+        })
+    }
+
     /// `ibv_query_qp`.
     pub fn query(&self) -> Result<QpInfo> {
         let qpn = self.shared.qpn;
-        self.device.shared.call(|reply| Command::QueryQp { qpn, reply })?.ok_or(Error::NoSuchQp(qpn))
+        self.device
+            .shared
+            .call(|reply| Command::QueryQp { qpn, reply })?
+            .ok_or(Error::NoSuchQp(Qpn::new(qpn)))
     }
 
     fn check_sges(&self, sges: &[crate::transport::Sge], need_write: bool) -> Result<()> {
@@ -520,7 +700,7 @@ pub(crate) fn check_sges(
 ) -> Result<()> {
     let table = device.shared.mrs.read();
     for s in sges {
-        let mr = match table.local(pd, s.lkey) {
+        let mr = match table.local(pd, s.lkey.value()) {
             Ok(mr) => mr,
             Err(MemError::PdMismatch) => return Err(Error::PdMismatch(s.lkey)),
             Err(_) => return Err(Error::BadLkey(s.lkey)),

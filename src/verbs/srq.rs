@@ -2,12 +2,11 @@
 //! protection domain, with the SRQ limit and its `SrqLimitReached` asynchronous event.
 //!
 //! ```no_run
-//! # use softroce::verbs::*;
-//! # fn f(dev: &Device, pd: &ProtectionDomain, cq: &CompletionQueue, mr: &MemoryRegion) -> Result<()> {
+//! # use softroce::prelude::*;
+//! # fn f(dev: &Device, pd: &ProtectionDomain, cq: &CompletionQueue, mr: &MemoryRegion)
+//! #     -> Result<(), VerbsError> {
 //! let srq = pd.create_srq(&SrqInitAttr { max_wr: 256, max_sge: 1, srq_limit: 0 })?;
-//! let mut init = QpInitAttr::rc(cq, cq);
-//! init.srq = Some(&srq);
-//! let qp = pd.create_qp(&init)?; // receives for `qp` come from `srq`
+//! let qp = pd.create_qp(&QpInitAttr::rc(cq, cq).with_srq(&srq))?; // receives come from `srq`
 //! srq.post_recv(RecvWr::new(1, &[mr.sge(0, 4096)]))?;
 //! srq.arm_limit(16)?; // an event once fewer than 16 receives are left
 //! while let Some(ev) = dev.poll_async_event() { /* AsyncEvent::SrqLimitReached { .. } */ }
@@ -21,7 +20,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
-use crossbeam::queue::SegQueue;
+use crossbeam_queue::SegQueue;
 
 use super::device::Device;
 use super::engine::Command;

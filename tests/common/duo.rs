@@ -48,11 +48,11 @@ impl Duo {
     }
 
     pub fn sge(off: u64, len: u32) -> Sge {
-        Sge { addr: BUF_ADDR + off, length: len, lkey: BUF }
+        Sge { addr: BUF_ADDR + off, length: len, lkey: Lkey::new(BUF) }
     }
 
     pub fn remote(off: u64) -> RemoteAddr {
-        RemoteAddr { addr: TGT_ADDR + off, rkey: TGT }
+        RemoteAddr { addr: TGT_ADDR + off, rkey: Rkey::new(TGT) }
     }
 
     fn drain(&mut self) {

@@ -35,7 +35,7 @@ impl Side {
 
     /// Waits for one completion.
     pub fn wait(&self) -> WorkCompletion {
-        let mut wc = [WorkCompletion::new(0, WcStatus::GeneralErr, WcOpcode::Send, 0)];
+        let mut wc = [WorkCompletion::new(0, WcStatus::GeneralErr, WcOpcode::Send, Qpn::new(0))];
         let n = self.cq.poll_wait(&mut wc, Duration::from_secs(20)).unwrap();
         assert_eq!(n, 1, "no completion within 20 s");
         wc[0]
@@ -48,10 +48,10 @@ pub fn connect(a: &Side, b: &Side, mtu: Mtu) {
     for (x, y, rq, sq) in [(a, b, pb, pa), (b, a, pa, pb)] {
         x.qp.modify(&QpAttrs::init(Access::ALL)).unwrap();
         let av = AddressVector::new(y.dev.gid(y.dev.default_gid_index()).unwrap(), x.dev.default_gid_index());
-        let mut rtr = QpAttrs::rtr(av, mtu, y.qp.qp_num(), rq);
+        let mut rtr = QpAttrs::rtr(av, mtu, y.qp.qp_num(), Psn::new(rq));
         rtr.max_dest_rd_atomic = Some(16);
         x.qp.modify(&rtr).unwrap();
-        let mut rts = QpAttrs::rts(sq);
+        let mut rts = QpAttrs::rts(Psn::new(sq));
         rts.timeout = Some(10);
         x.qp.modify(&rts).unwrap();
     }

@@ -93,7 +93,7 @@ impl Workload {
         let mut off = 0u32;
         for k in 0..parts {
             let n = if k + 1 == parts { len - off } else { len / parts as u32 };
-            v.push(Sge { addr: addr + off as u64, length: n, lkey });
+            v.push(Sge { addr: addr + off as u64, length: n, lkey: Lkey::new(lkey) });
             off += n;
         }
         v
@@ -182,7 +182,7 @@ impl Workload {
                 let op = self.ops[i];
                 let n = op.len();
                 let src = Self::split(BASE[0] + lay[i].src, n, self.gather, SRC);
-                let remote = |off: u64| RemoteAddr { addr: BASE[3] + off, rkey: TGT };
+                let remote = |off: u64| RemoteAddr { addr: BASE[3] + off, rkey: Rkey::new(TGT) };
                 let (sop, sg) = match op {
                     Op::Send(_) => (SendOp::Send, src),
                     Op::SendImm(_) => (SendOp::SendWithImm(i as u32 ^ 0xabcd_0000), src),
@@ -202,7 +202,7 @@ impl Workload {
                         *counter = swap;
                         (
                             SendOp::CompareSwap { remote: remote(0), compare: c, swap },
-                            vec![Sge { addr: BASE[1] + lay[i].dst, length: 8, lkey: DST }],
+                            vec![Sge { addr: BASE[1] + lay[i].dst, length: 8, lkey: Lkey::new(DST) }],
                         )
                     }
                     Op::FetchAdd => {
@@ -211,7 +211,7 @@ impl Workload {
                         *counter = counter.wrapping_add(add);
                         (
                             SendOp::FetchAdd { remote: remote(0), add },
-                            vec![Sge { addr: BASE[1] + lay[i].dst, length: 8, lkey: DST }],
+                            vec![Sge { addr: BASE[1] + lay[i].dst, length: 8, lkey: Lkey::new(DST) }],
                         )
                     }
                 };

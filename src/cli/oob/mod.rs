@@ -10,9 +10,11 @@
 //!   demand the full count);
 //! * every incoming message is read with a loop until exactly its size has arrived, never more
 //!   (peers may leave a `"done"` unread);
-//! * nothing here sets timeouts: the real tools have none. Callers (and tests) that must not wait
-//!   forever set a read timeout on the [`TcpStream`]; an expired timeout becomes
-//!   [`OobError::Timeout`].
+//! * the real tools wait forever and connect once; softroce's tools do not (the bytes on the wire
+//!   are the same): a client retries a refused connection for a bounded time
+//!   ([`connect_retry`]), a server waits a bounded time for its client ([`accept_within`]), and
+//!   every read gives up after a bounded silence of the peer ([`Watched`]). An expired wait
+//!   becomes [`OobError::Timeout`].
 // The UC, UD and SRQ exchanges wait for their tools (uc/ud/srq-pingpong).
 #![allow(dead_code)]
 pub mod perftest;
@@ -20,7 +22,7 @@ pub mod pingpong;
 
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Which end of a side channel this process is.
 ///
@@ -49,7 +51,7 @@ pub enum OobError {
         /// Bytes of it that had arrived.
         got: usize,
     },
-    /// A read timeout set by the caller expired while waiting for a message.
+    /// The peer stayed silent for longer than the wait allows (see [`Watched`]).
     #[error("timed out waiting for the {what} from the peer")]
     Timeout {
         /// Which message was awaited.
@@ -226,6 +228,163 @@ pub fn accept_one(listener: TcpListener) -> io::Result<TcpStream> {
     Ok(stream)
 }
 
+/// How long a client keeps retrying a refused connection by default (`--connect-timeout`).
+pub const DEFAULT_CONNECT_RETRY: Duration = Duration::from_secs(10);
+/// The longest silence of the peer a tool accepts by default (`--peer-timeout`).
+pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// [`connect_tcp`], retrying while the connection is refused for up to `retry` (zero: one
+/// attempt, as the C tools). A server started in the same shell line as its client
+/// (`server & client`) may not be listening yet when the client first tries; nothing else is
+/// retried (an unknown host or an unreachable network fails at once).
+pub fn connect_retry(
+    host: &str,
+    port: u16,
+    ipv4_only: bool,
+    source: Option<IpAddr>,
+    retry: Duration,
+) -> io::Result<TcpStream> {
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match connect_tcp(host, port, ipv4_only, source) {
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused && start.elapsed() + pause <= retry => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(250));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Accepts the single peer like [`accept_one`], waiting at most `limit` (`None`: forever).
+/// No client within the limit is an error of kind [`ErrorKind::TimedOut`].
+pub fn accept_within(listener: TcpListener, limit: Option<Duration>) -> io::Result<TcpStream> {
+    let Some(limit) = limit else { return accept_one(listener) };
+    use std::os::fd::AsRawFd;
+    let fd = listener.as_raw_fd();
+    let mut poll = mio::Poll::new()?;
+    poll.registry().register(&mut mio::unix::SourceFd(&fd), mio::Token(0), mio::Interest::READABLE)?;
+    listener.set_nonblocking(true)?;
+    let deadline = Instant::now() + limit;
+    let mut events = mio::Events::with_capacity(1);
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                // Linux does not pass O_NONBLOCK on to the accepted socket; make sure anyway.
+                stream.set_nonblocking(false)?;
+                return Ok(stream);
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(ErrorKind::TimedOut, "no client connected"));
+        }
+        match poll.poll(&mut events, Some(left)) {
+            Err(e) if e.kind() != ErrorKind::Interrupted => return Err(e),
+            _ => {}
+        }
+    }
+}
+
+/// What tells a [`Watched`] channel that the peer is alive although it sends nothing on the
+/// channel: a count that changes while the peer works (the device's received packets).
+pub type Activity = Box<dyn FnMut() -> u64 + Send>;
+
+/// A TCP side channel whose reads give up after the peer has been silent for `idle`.
+///
+/// Silent means no byte on the channel and no change of the [`Activity`] count: a perftest
+/// server waits on the channel for the whole of its client's RDMA WRITE run, and is not to give
+/// up while the writes keep arriving. Reads wake up at least once a second to look. Writes
+/// give up after `idle` too (a peer that stopped reading). Nothing changes on the wire.
+pub struct Watched {
+    stream: TcpStream,
+    idle: Option<Duration>,
+    activity: Option<Activity>,
+}
+
+impl Watched {
+    /// Watches `stream`: reads fail with [`ErrorKind::TimedOut`] after `idle` of silence
+    /// (`None`: never), where `activity` (if any) changing counts as a sign of life.
+    pub fn new(stream: TcpStream, idle: Option<Duration>, activity: Option<Activity>) -> io::Result<Watched> {
+        stream.set_write_timeout(idle)?;
+        Ok(Watched { stream, idle, activity })
+    }
+
+    /// The stream.
+    pub fn get_ref(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    fn probe(&mut self) -> Option<u64> {
+        self.activity.as_mut().map(|f| f())
+    }
+}
+
+impl Read for Watched {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(idle) = self.idle else { return self.stream.read(buf) };
+        self.stream.set_read_timeout(Some(idle.clamp(Duration::from_millis(1), Duration::from_secs(1))))?;
+        let mut quiet_since = Instant::now();
+        let mut seen = self.probe();
+        loop {
+            match self.stream.read(buf) {
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    let now = self.probe();
+                    if now != seen {
+                        seen = now;
+                        quiet_since = Instant::now();
+                    } else if quiet_since.elapsed() >= idle {
+                        return Err(io::Error::new(ErrorKind::TimedOut, "the peer stayed silent"));
+                    }
+                }
+                r => return r,
+            }
+        }
+    }
+}
+
+impl Write for Watched {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.stream.flush()
+    }
+}
+
+impl SideChannel for Watched {
+    fn linger_close(&mut self) {
+        self.stream.linger_close();
+    }
+}
+
+/// What a side channel's peer did, seen without consuming anything (see [`peek_peer`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerState {
+    /// Nothing new.
+    Quiet,
+    /// Bytes wait to be read: the peer finished its part and wrote its next message.
+    Spoke,
+    /// The peer closed the connection (it exited, or was stopped).
+    Closed,
+}
+
+/// Looks at `stream` without blocking and without taking bytes: has the peer written, or
+/// closed? Used during a run, when the channel is otherwise idle.
+pub fn peek_peer(stream: &TcpStream) -> PeerState {
+    let mut b = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    match socket2::SockRef::from(stream).recv_with_flags(&mut b, libc::MSG_PEEK | libc::MSG_DONTWAIT) {
+        Ok(0) => PeerState::Closed,
+        Ok(_) => PeerState::Spoke,
+        Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => PeerState::Quiet,
+        Err(_) => PeerState::Closed,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,6 +433,95 @@ mod tests {
         let mut buf = [0u8; 4];
         assert!(matches!(read_msg(&mut s, &mut buf, "x"), Err(OobError::Timeout { what: "x" })));
         drop(c);
+    }
+
+    /// A free TCP port on 127.0.0.1 (bound and released).
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    #[test]
+    fn client_retries_until_the_server_listens() {
+        let port = free_port();
+        let late = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let l = listen_tcp(port, true, Some("127.0.0.1".parse().unwrap())).unwrap();
+            accept_within(l, Some(Duration::from_secs(5))).unwrap()
+        });
+        let t0 = Instant::now();
+        let c = connect_retry("127.0.0.1", port, true, None, Duration::from_secs(5)).unwrap();
+        assert!(t0.elapsed() >= Duration::from_millis(250), "{:?}", t0.elapsed());
+        drop(c);
+        late.join().unwrap();
+    }
+
+    #[test]
+    fn client_without_retry_fails_at_once_and_retry_is_bounded() {
+        let port = free_port();
+        let t0 = Instant::now();
+        let e = connect_retry("127.0.0.1", port, true, None, Duration::ZERO).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
+        assert!(t0.elapsed() < Duration::from_millis(200));
+        let t0 = Instant::now();
+        let e = connect_retry("127.0.0.1", port, true, None, Duration::from_millis(400)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
+        let took = t0.elapsed();
+        assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(2), "{took:?}");
+    }
+
+    #[test]
+    fn server_gives_up_waiting_for_a_client() {
+        let l = listen_tcp(0, true, Some("127.0.0.1".parse().unwrap())).unwrap();
+        let t0 = Instant::now();
+        let e = accept_within(l, Some(Duration::from_millis(200))).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::TimedOut);
+        assert!(t0.elapsed() >= Duration::from_millis(200) && t0.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn watched_read_gives_up_on_silence_unless_the_peer_is_busy() {
+        let l = listen_tcp(0, true, Some("127.0.0.1".parse().unwrap())).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let c = connect_tcp("127.0.0.1", port, true, None).unwrap();
+        let s = accept_one(l).unwrap();
+        // Silent peer: gives up after the idle time.
+        let mut w = Watched::new(s.try_clone().unwrap(), Some(Duration::from_millis(200)), None).unwrap();
+        let t0 = Instant::now();
+        let mut buf = [0u8; 4];
+        assert!(matches!(read_msg(&mut w, &mut buf, "x"), Err(OobError::Timeout { what: "x" })));
+        assert!(t0.elapsed() >= Duration::from_millis(200));
+        // Busy peer (the activity count moves for 600 ms): keeps waiting, then the message
+        // arrives.
+        let start = Instant::now();
+        let busy: Activity = Box::new(move || (start.elapsed().as_millis() as u64).min(600) / 50);
+        let mut w = Watched::new(s, Some(Duration::from_millis(200)), Some(busy)).unwrap();
+        let mut c2 = c.try_clone().unwrap();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            c2.write_all(b"abcd").unwrap();
+        });
+        read_msg(&mut w, &mut buf, "x").unwrap();
+        assert_eq!(&buf, b"abcd");
+        writer.join().unwrap();
+        drop(c);
+    }
+
+    #[test]
+    fn peek_sees_words_and_close_without_taking_bytes() {
+        let l = listen_tcp(0, true, Some("127.0.0.1".parse().unwrap())).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let mut c = connect_tcp("127.0.0.1", port, true, None).unwrap();
+        let mut s = accept_one(l).unwrap();
+        assert_eq!(peek_peer(&s), PeerState::Quiet);
+        c.write_all(b"K").unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(peek_peer(&s), PeerState::Spoke);
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"K");
+        drop(c);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(peek_peer(&s), PeerState::Closed);
     }
 
     #[test]

@@ -8,14 +8,17 @@ use clap::{Arg, Args, Subcommand};
 
 use crate::cli::oob::perftest::PerftestTest;
 
-const AFTER_HELP: &str = "\
-Run the server first (no host argument), then the client (with the server's address). \
-Nothing but the MTU and the buffer geometry is negotiated: give both sides the same \
--s, -n, -q, -a, -c, -D, -t and -b, exactly as with perftest. Pairs with perftest 6.06 \
-(Debian 12's perftest 4.5-0.17) in both directions and with another softroce.
+const AFTER_HELP: &str = concat!(
+    "\
+Run the server (no host argument), then the client (with the server's address); the client \
+retries for --connect-timeout seconds while the server is not listening yet, so `server & \
+client` on one line works. Nothing but the MTU and the buffer geometry is negotiated: give \
+both sides the same -s, -n, -q, -a, -c, -D, -t and -b, exactly as with perftest. Pairs with \
+perftest 6.06 (Debian 12's perftest 4.5-0.17) in both directions and with another softroce.
 
-Exit codes: 0 ok, 1 the test failed (error completion, peer failure), 2 bad command line, \
-3 side channel (peer not listening, closed, incompatible), 4 local setup (-d, -x, ports).";
+",
+    crate::exit_codes!()
+);
 
 /// Arguments of `softroce perf`.
 #[derive(Args, Debug)]
@@ -120,7 +123,7 @@ pub struct TestOpts {
 
     /// Message size in bytes, K and M suffixes allowed; default 65536 (BW), 2 (latency), 8
     /// and fixed (atomic) [perftest -s/--size]
-    #[arg(short = 's', long = "size", value_name = "SIZE")]
+    #[arg(short = 's', long = "size", value_name = "SIZE", allow_hyphen_values = true)]
     pub size: Option<String>,
 
     /// Run every size 2, 4, ..., 8M (buffers sized for 8 MiB; both sides must pass it)
@@ -225,4 +228,7 @@ pub struct TestOpts {
     /// goes to stderr [softroce only; perftest's --out_json writes a file]
     #[arg(long = "json")]
     pub json: bool,
+
+    #[command(flatten)]
+    pub wait: crate::cli::common::WaitArgs,
 }

@@ -88,6 +88,8 @@ pub struct Params {
     pub tclass: u8,
     /// `--json`.
     pub json: bool,
+    /// `--connect-timeout`, `--peer-timeout`.
+    pub wait: crate::cli::common::WaitArgs,
     /// `-c`: the QP type (RC, or UC for the write and send tests).
     pub connection: ConnectionType,
     /// Notices perftest prints on stdout while applying its dependencies.
@@ -120,49 +122,12 @@ fn usage(msg: impl Into<String>) -> CliError {
     CliError::usage(msg)
 }
 
-/// C `strtol(s, NULL, 0)` for a whole string: `0x` hex, leading-`0` octal, or decimal.
-fn parse_c_int(s: &str) -> Option<u64> {
-    let s = s.trim();
-    if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        u64::from_str_radix(hex, 16).ok()
-    } else if s.len() > 1 && s.starts_with('0') {
-        u64::from_str_radix(&s[1..], 8).ok()
-    } else {
-        s.parse().ok()
-    }
-}
-
 /// `-s`: a number with an optional `K` (×1024) or `M` (×1024²) suffix, 1..=UINT_MAX/2.
 pub fn parse_size(text: &str) -> Result<u64, CliError> {
-    let (num, factor) = match text.strip_suffix('K') {
-        Some(n) => (n, 1024),
-        None => match text.strip_suffix('M') {
-            Some(n) => (n, 1024 * 1024),
-            None => (text, 1),
-        },
-    };
-    let max = u64::from(u32::MAX / 2);
-    let bad =
-        || usage(format!("-s {text}: Message Size should be between 1 and {max} (K and M suffixes allowed)"));
-    let v = parse_c_int(num).ok_or_else(bad)?.checked_mul(factor).ok_or_else(bad)?;
-    if v < 1 || v > max {
-        return Err(bad());
-    }
-    Ok(v)
+    crate::cli::common::parse_size("-s", text, 1, u64::from(u32::MAX / 2))
 }
 
-fn in_range<T: PartialOrd + std::fmt::Display + Copy>(
-    flag: &str,
-    what: &str,
-    v: T,
-    min: T,
-    max: T,
-) -> Result<T, CliError> {
-    if v < min || v > max {
-        return Err(usage(format!("{flag} {v}: {what} should be between {min} and {max}")));
-    }
-    Ok(v)
-}
+use crate::cli::common::in_range;
 
 /// Validates `o` for `test` like perftest's parser and applies `force_dependecies()`.
 pub fn resolve(test: PerftestTest, o: &TestOpts) -> Result<Params, CliError> {
@@ -398,6 +363,7 @@ pub fn resolve(test: PerftestTest, o: &TestOpts) -> Result<Params, CliError> {
         sl: o.sl.unwrap_or(0),
         tclass: o.tclass.unwrap_or(0),
         json: o.json,
+        wait: o.wait,
         connection,
         notices,
     })

@@ -9,16 +9,16 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use softroce::verbs::{
-    Access, CompletionQueue, Device, Error as VerbsError, MemoryRegion, Mtu, Payload, ProtectionDomain,
-    QpAttrs, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcStatus,
-    WorkCompletion,
+    Access, CompletionQueue, Device, Error as VerbsError, GidIndex, MemoryRegion, Mtu, Payload,
+    ProtectionDomain, Psn, QpAttrs, QpCaps, QpInitAttr, QpType, Qpn, QueuePair, RecvWr, RemoteAddr, Rkey,
+    SendOp, SendWr, WcStatus, WorkCompletion,
 };
 
 use crate::cli::common::{CliError, Progress, cpu_time, random_psn};
-use crate::cli::oob::Role;
 use crate::cli::oob::perftest::{
     Negotiated, PerftestDest, PerftestTest, SessionHooks, buff_size, inc, mtu_bytes,
 };
+use crate::cli::oob::{PeerState, Role, peek_peer};
 use crate::cli::report::{
     AtomicType, BwParams, BwReport, ConnectionType, LAT_DURATION_HEADER, LAT_HEADER, LatDurationReport,
     LatReport, NS_PER_SEC, NS_PER_USEC, RESULT_LINE, Side, TestInfo, TestType, Verb, compute_bw, compute_lat,
@@ -34,9 +34,12 @@ const TICK_OFFSET: u64 = 1_000_000_000;
 const POLL_BATCH: usize = 16;
 /// How long a waiting loop spins before it sleeps (the engine threads need the CPU).
 const SPIN: Duration = Duration::from_micros(20);
-/// How long nothing may happen before a run gives up (perftest's send server watchdog is
-/// 60 s; softroce applies it to every wait).
-const STALL: Duration = Duration::from_secs(60);
+/// How often a waiting loop looks at the side channel for a peer that closed or spoke.
+const PEEK_EVERY: Duration = Duration::from_millis(50);
+/// How long a receiver waits for more messages once its peer has finished sending (it wrote
+/// its next side-channel message), and any wait goes on after the peer closed the channel:
+/// what is still on its way arrives well within this.
+const AFTER_PEER_DONE: Duration = Duration::from_millis(2000);
 /// `ATOMIC_ADD_VALUE`.
 const ATOMIC_ADD: u64 = 1;
 
@@ -203,19 +206,32 @@ fn phase(c: &Option<Clock>) -> Phase {
 }
 
 /// Waiting without starving the engine threads: spin briefly, then sleep on the CQ (or yield,
-/// for memory polling); with `-e`, always sleep on the CQ. Gives up after [`STALL`].
+/// for memory polling); with `-e`, always sleep on the CQ. Gives up after `--peer-timeout`
+/// without progress, or at once when the peer closes the side channel.
 struct Idle {
     events: bool,
     since: Option<Instant>,
     last_progress: Instant,
+    /// `--peer-timeout` (`None`: wait forever).
+    stall: Option<Duration>,
+    /// The side channel, looked at (never read) every [`PEEK_EVERY`].
+    link: Option<std::net::TcpStream>,
+    last_peek: Instant,
+    peer: PeerState,
 }
 
-/// Nothing happened for [`STALL`].
-struct Stalled;
+/// Why a wait ended.
+enum Stop {
+    /// Nothing happened for `--peer-timeout`.
+    Stalled(Duration),
+    /// The peer closed the side channel.
+    PeerClosed,
+}
 
 impl Idle {
-    fn new(events: bool) -> Idle {
-        Idle { events, since: None, last_progress: Instant::now() }
+    fn new(events: bool, stall: Option<Duration>, link: Option<std::net::TcpStream>) -> Idle {
+        let now = Instant::now();
+        Idle { events, since: None, last_progress: now, stall, link, last_peek: now, peer: PeerState::Quiet }
     }
 
     fn progress(&mut self) {
@@ -223,16 +239,42 @@ impl Idle {
         self.last_progress = Instant::now();
     }
 
-    fn check(&mut self) -> Result<Instant, Stalled> {
+    /// What the peer did on the side channel, looked at every [`PEEK_EVERY`].
+    fn peer(&mut self) -> PeerState {
+        if self.peer == PeerState::Quiet
+            && self.last_peek.elapsed() >= PEEK_EVERY
+            && let Some(link) = &self.link
+        {
+            self.last_peek = Instant::now();
+            self.peer = peek_peer(link);
+        }
+        self.peer
+    }
+
+    /// True once the peer has finished its part of the run (it wrote its next message) and
+    /// nothing has arrived for [`AFTER_PEER_DONE`]: the rest is not coming.
+    fn peer_done(&mut self) -> bool {
+        self.peer() == PeerState::Spoke && self.last_progress.elapsed() >= AFTER_PEER_DONE
+    }
+
+    fn check(&mut self) -> Result<Instant, Stop> {
         let now = Instant::now();
-        if now.duration_since(self.last_progress) > STALL {
-            return Err(Stalled);
+        if let Some(stall) = self.stall
+            && now.duration_since(self.last_progress) > stall
+        {
+            return Err(Stop::Stalled(stall));
+        }
+        // A closed channel ends the wait once nothing has progressed for a moment: at the very
+        // end of a latency test the peer may exit (and close) while this side's last
+        // acknowledgement is still on its way.
+        if self.peer() == PeerState::Closed && now.duration_since(self.last_progress) >= AFTER_PEER_DONE {
+            return Err(Stop::PeerClosed);
         }
         Ok(*self.since.get_or_insert(now))
     }
 
     fn wait_cq(&mut self, cq: &CompletionQueue) -> Result<(), CliError> {
-        let since = self.check().map_err(|_| stalled("a completion"))?;
+        let since = self.check().map_err(|s| stalled(s, "a completion"))?;
         if self.events {
             cq.wait(Duration::from_millis(10))?;
         } else if since.elapsed() < SPIN {
@@ -244,7 +286,7 @@ impl Idle {
     }
 
     fn wait_mem(&mut self) -> Result<(), CliError> {
-        let since = self.check().map_err(|_| stalled("the peer's RDMA WRITE"))?;
+        let since = self.check().map_err(|s| stalled(s, "the peer's RDMA WRITE"))?;
         let e = since.elapsed();
         if e < SPIN {
             std::hint::spin_loop();
@@ -257,12 +299,19 @@ impl Idle {
     }
 }
 
-fn stalled(what: &str) -> CliError {
-    CliError::failed(format!(
-        "no progress for {} s while waiting for {what}: the peer stopped or is unreachable \
-         (check its output, and that both sides run the same test with the same -s/-n/-q/-a)",
-        STALL.as_secs()
-    ))
+fn stalled(stop: Stop, what: &str) -> CliError {
+    match stop {
+        Stop::Stalled(stall) => CliError::network(format!(
+            "no progress for {} s while waiting for {what}: the peer stopped or is unreachable \
+             (check its output, and that both sides run the same test with the same -s/-n/-q/-a; \
+             --peer-timeout sets the limit)",
+            stall.as_secs()
+        )),
+        Stop::PeerClosed => CliError::network(format!(
+            "the peer closed the side channel while this side waited for {what}: it exited or was \
+             stopped (see its output)"
+        )),
+    }
 }
 
 /// The one-line report of an error completion, with what usually causes it.
@@ -303,7 +352,7 @@ pub struct Runner<'a> {
     p: &'a Params,
     dev: Device,
     out: Out,
-    gid_index: u8,
+    gid_index: GidIndex,
     out_reads: u32,
     inline_size: u32,
     epoch: Instant,
@@ -320,18 +369,25 @@ pub struct Runner<'a> {
     cpu_start: Option<(Duration, Instant)>,
     /// This side's CPU time and wall time over the measurement window (see [`Runner::finish`]).
     pub cpu: Option<(Duration, Duration)>,
+    /// The side channel, only looked at during the run (see [`Idle`]).
+    link: Option<std::net::TcpStream>,
+    /// Messages received and expected, when a receiver ended short because its peer had
+    /// finished sending.
+    short: Option<(u64, u64)>,
 }
 
 impl<'a> Runner<'a> {
     /// A runner for `p` on `dev`, sending from GID `gid_index`, accepting `out_reads`
-    /// outstanding READs/atomics as responder and sending up to `inline_size` bytes inline.
+    /// outstanding READs/atomics as responder and sending up to `inline_size` bytes inline;
+    /// `link` is (a clone of) the side channel, looked at while waiting.
     pub fn new(
         p: &'a Params,
         dev: Device,
         out: Out,
-        gid_index: u8,
+        gid_index: GidIndex,
         out_reads: u32,
         inline_size: u32,
+        link: Option<std::net::TcpStream>,
     ) -> Self {
         Runner {
             p,
@@ -351,7 +407,45 @@ impl<'a> Runner<'a> {
             rows: Vec::new(),
             cpu_start: None,
             cpu: None,
+            link,
+            short: None,
         }
+    }
+
+    /// The error a run that ended short returns after its report: messages lost (UC), or a
+    /// peer that sent fewer than this side expects.
+    pub fn lost(&self) -> Option<CliError> {
+        let (got, want) = self.short?;
+        let drops = self.dev.counters().map_or(0, |c| c.rcvd_socket_drops);
+        let why = if self.p.connection == ConnectionType::Uc {
+            let mut why =
+                "UC does not retransmit: a message with a lost packet is lost, and the report above \
+                           counts the received ones"
+                    .to_string();
+            if drops > 0 {
+                why += &format!(
+                    "; this side's receive socket dropped {drops} packets (rcvd_socket_drops): the sender \
+                     outran it{}",
+                    match self.dev.socket_receive_buffer() {
+                        Some(b) => format!(
+                            " and its {} KiB buffer (an unprivileged process gets at most twice \
+                             net.core.rmem_max; as root, or after sysctl -w net.core.rmem_max=33554432, it gets the 32 MiB softroce asks for)",
+                            b / 1024
+                        ),
+                        None => String::new(),
+                    }
+                );
+            }
+            why
+        } else {
+            "the peer finished first: do both sides use the same -n and -q?".to_string()
+        };
+        Some(CliError::failed(format!("received {got} of {want} messages, {} missing ({why})", want - got)))
+    }
+
+    /// A waiting helper with `--peer-timeout` and a look at the side channel.
+    fn idle(&self) -> Idle {
+        Idle::new(self.p.events, self.p.wait.idle(), self.link.as_ref().and_then(|l| l.try_clone().ok()))
     }
 
     /// The device.
@@ -390,7 +484,7 @@ impl<'a> Runner<'a> {
     fn post(&self, qi: usize, local: u64, remote: u64, len: u64, signaled: bool) -> Result<(), CliError> {
         let r = self.res()?;
         let peer = self.remote.get(qi).copied().unwrap_or_default();
-        let target = RemoteAddr { addr: peer.vaddr.wrapping_add(remote), rkey: peer.rkey };
+        let target = RemoteAddr { addr: peer.vaddr.wrapping_add(remote), rkey: Rkey::new(peer.rkey) };
         let op = match self.p.verb() {
             Verb::Write => SendOp::RdmaWrite(target),
             Verb::Read => SendOp::RdmaRead(target),
@@ -442,9 +536,9 @@ impl<'a> Runner<'a> {
         let (mut scnt, mut ccnt) = (vec![0u64; n], vec![0u64; n]);
         let (mut totscnt, mut totccnt, mut counted) = (0u64, 0u64, 0u64);
         let clock = p.duration.map(Clock::new);
-        let mut idle = Idle::new(p.events);
+        let mut idle = self.idle();
         let mut progress = Progress::new("msgs");
-        let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); POLL_BATCH];
+        let mut wcs = [WorkCompletion::default(); POLL_BATCH];
         if !dur && no_peak {
             tposted[0] = self.now();
         }
@@ -517,9 +611,9 @@ impl<'a> Runner<'a> {
         let mut clock: Option<Clock> = None;
         let (mut rcnt, mut counted) = (0u64, 0u64);
         let mut first = true;
-        let mut idle = Idle::new(p.events);
+        let mut idle = self.idle();
         let mut progress = Progress::new("msgs");
-        let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Recv, 0); POLL_BATCH];
+        let mut wcs = [WorkCompletion::default(); POLL_BATCH];
         while rcnt < tot || (dur.is_some() && phase(&clock) != Phase::End) {
             if dur.is_some() && phase(&clock) == Phase::End {
                 break;
@@ -531,6 +625,9 @@ impl<'a> Runner<'a> {
                     Some(d) => clock = Some(Clock::new(d)),
                     None => t0 = self.now(),
                 }
+            }
+            if ne > 0 {
+                t1 = self.now();
             }
             for wc in &wcs[..ne] {
                 if wc.status != WcStatus::Success {
@@ -547,10 +644,16 @@ impl<'a> Runner<'a> {
             }
             if ne > 0 {
                 idle.progress();
+            } else if dur.is_none() && idle.peer_done() {
+                // The client has sent everything and the rest is not coming (UC loss, or a
+                // smaller -n there): report what arrived instead of waiting forever.
+                self.short = Some((rcnt, tot));
+                break;
             } else {
                 let r = self.res()?;
-                idle.wait_cq(r.recv_cq()).map_err(|e| {
-                    CliError::failed(format!("{} (received {rcnt} of {tot} messages)", e.msg))
+                idle.wait_cq(r.recv_cq()).map_err(|e| CliError {
+                    msg: format!("{} (received {rcnt} of {tot} messages)", e.msg),
+                    ..e
                 })?;
             }
             progress.tick(rcnt, tot, rcnt * size);
@@ -559,10 +662,10 @@ impl<'a> Runner<'a> {
         if let Some(c) = clock {
             t0 = self.ticks(c.start + c.margin);
             t1 = self.ticks(c.start + c.total - c.margin);
-        } else if dur.is_none() {
+        } else if dur.is_none() && self.short.is_none() {
             t1 = self.now();
         }
-        self.bw_report(size, if dur.is_some() { counted } else { tot }, &[t0], &[t1])
+        self.bw_report(size, if dur.is_some() { counted } else { rcnt }, &[t0], &[t1])
     }
 
     /// perftest's `run_iter_bi` (duplex send_bw): send and receive at once; the server starts
@@ -582,9 +685,9 @@ impl<'a> Runner<'a> {
         let (mut totscnt, mut totccnt, mut totrcnt, mut counted) = (0u64, 0u64, 0u64, 0u64);
         let mut before_first_rx = !self.is_client();
         let mut clock = if self.is_client() { dur.map(Clock::new) } else { None };
-        let mut idle = Idle::new(p.events);
+        let mut idle = self.idle();
         let mut progress = Progress::new("msgs");
-        let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 64];
+        let mut wcs = [WorkCompletion::default(); 64];
         if no_peak {
             tposted[0] = self.now();
         }
@@ -645,9 +748,13 @@ impl<'a> Runner<'a> {
             busy |= ne > 0;
             if busy {
                 idle.progress();
+            } else if dur.is_none() && totccnt >= tot && totrcnt < tot && idle.peer_done() {
+                // Both sides have sent everything and the rest is not coming (UC loss).
+                self.short = Some((totrcnt, tot));
+                break;
             } else {
                 let r = self.res()?;
-                idle.check().map_err(|_| stalled("a completion"))?;
+                idle.check().map_err(|s| stalled(s, "a completion"))?;
                 if idle.events || idle.since.is_some_and(|s| s.elapsed() >= SPIN) {
                     r.recv_cq().wait(Duration::from_micros(200))?;
                 }
@@ -700,7 +807,7 @@ impl<'a> Runner<'a> {
         let clock = p.duration.map(Clock::new);
         let mut tposted = vec![0u64; iters as usize];
         let (mut scnt, mut ccnt, mut rcnt, mut counted) = (0u64, 0u64, 0u64, 0u64);
-        let mut idle = Idle::new(p.events);
+        let mut idle = self.idle();
         let mut progress = Progress::new("iters");
         while scnt < iters || ccnt < iters || rcnt < iters || (dur && phase(&clock) != Phase::End) {
             if (rcnt < iters || dur) && !(scnt < 1 && server) {
@@ -751,7 +858,7 @@ impl<'a> Runner<'a> {
         let clock = p.duration.map(Clock::new);
         let mut tposted = vec![0u64; iters as usize];
         let (mut scnt, mut counted) = (0u64, 0u64);
-        let mut idle = Idle::new(p.events);
+        let mut idle = self.idle();
         let mut progress = Progress::new("iters");
         while scnt < iters || (dur && phase(&clock) != Phase::End) {
             if !dur {
@@ -787,7 +894,7 @@ impl<'a> Runner<'a> {
         let mut clock: Option<Clock> = None;
         let mut tposted = vec![0u64; iters as usize];
         let (mut scnt, mut rcnt, mut counted) = (0u64, 0u64, 0u64);
-        let mut idle = Idle::new(p.events);
+        let mut idle = self.idle();
         let mut progress = Progress::new("iters");
         let running = |scnt: u64, rcnt: u64, clock: &Option<Clock>| {
             scnt < iters || rcnt < iters || (dur.is_some() && phase(clock) != Phase::End)
@@ -958,9 +1065,9 @@ impl<'a> Runner<'a> {
             dests.push(PerftestDest {
                 lid: self.dev.query_port().lid,
                 out_reads: self.out_reads as u16,
-                qpn: qp.qp_num(),
+                qpn: qp.qp_num().value(),
                 psn: random_psn(),
-                rkey: mr.rkey(),
+                rkey: mr.rkey().value(),
                 vaddr: mr.addr() + self.layout.target(i),
                 gid: gid.0,
                 srqn: 0,
@@ -998,7 +1105,7 @@ impl<'a> Runner<'a> {
             cq_mod: p.cq_mod,
             mtu_bytes: mtu_bytes(n.mtu),
             link_type: self.dev.query_port().link_layer.to_string(),
-            gid_index: i32::from(self.gid_index),
+            gid_index: i32::from(self.gid_index.value()),
             inline_size: self.inline_size,
             out_reads: self.out_reads,
             rdma_cm: false,
@@ -1021,9 +1128,9 @@ impl<'a> Runner<'a> {
             };
             let uc = p.connection == ConnectionType::Uc;
             let rtr = if uc {
-                QpAttrs::rtr_uc(av, mtu, peer.qpn, peer.psn)
+                QpAttrs::rtr_uc(av, mtu, Qpn::new(peer.qpn), Psn::new(peer.psn))
             } else {
-                let mut rtr = QpAttrs::rtr(av, mtu, peer.qpn, peer.psn);
+                let mut rtr = QpAttrs::rtr(av, mtu, Qpn::new(peer.qpn), Psn::new(peer.psn));
                 rtr.max_dest_rd_atomic = Some(self.out_reads.min(255) as u8);
                 rtr.min_rnr_timer = Some(12);
                 rtr
@@ -1037,10 +1144,10 @@ impl<'a> Runner<'a> {
                 ))
             })?;
             if rts && uc {
-                qp.modify(&QpAttrs::rts_unreliable(self.p_psn(i)))
+                qp.modify(&QpAttrs::rts_unreliable(Psn::new(self.p_psn(i))))
                     .map_err(|e| CliError::failed(format!("Failed to modify QP to RTS: {e}")))?;
             } else if rts {
-                let mut a = QpAttrs::rts(self.p_psn(i));
+                let mut a = QpAttrs::rts(Psn::new(self.p_psn(i)));
                 a.timeout = Some(p.qp_timeout);
                 a.retry_cnt = Some(7);
                 a.rnr_retry = Some(7);

@@ -72,4 +72,12 @@ pub(crate) trait Backend: Send {
     fn gso_numbers_ip_id(&self) -> bool;
     /// Wakes the engine when a packet arrives (in-memory networks need it).
     fn set_waker(&mut self, _waker: std::sync::Arc<mio::Waker>) {}
+    /// The receive socket's buffer in bytes, as the kernel granted it (what it holds before it
+    /// drops), where the backend has one.
+    fn recv_buffer_size(&self) -> Option<usize> {
+        None
+    }
+    /// Brings the counters the backend keeps outside the engine (the kernel's drops on the
+    /// receive socket) up to date; called before counters are read or published.
+    fn refresh_counters(&mut self) {}
 }

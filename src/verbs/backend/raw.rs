@@ -655,6 +655,25 @@ impl Backend for RawBackend {
         self.port
     }
 
+    fn refresh_counters(&mut self) {
+        // The packet socket's drops since the last look (reading resets them).
+        let mut st = libc::tpacket_stats { tp_packets: 0, tp_drops: 0 };
+        let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: `st` and `len` are valid for writes; the kernel writes at most `len` bytes.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut st as *mut libc::tpacket_stats).cast(),
+                &mut len,
+            )
+        };
+        if r == 0 {
+            self.rx.socket_drops.fetch_add(u64::from(st.tp_drops), std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     fn recv(&mut self, f: &mut dyn FnMut(Datagram<'_>)) -> io::Result<usize> {
         // SAFETY: all-zero is a valid value of these plain C structs.
         let mut addrs: [libc::sockaddr_ll; BATCH] = unsafe { std::mem::zeroed() };

@@ -22,15 +22,24 @@
 use std::collections::HashMap;
 use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 
 use super::{Backend, Datagram, Outgoing};
+use crate::verbs::device::RxCounters;
 
 /// Datagrams per `recvmmsg`.
 const BATCH: usize = 32;
 /// Bytes per receive slot: a GRO super-packet of up to 64 KiB.
 const SLOT: usize = 65536;
+/// The receive buffer asked for. Peers send whole windows back to back (an RC QP up to 256
+/// packets, a UC sender as fast as it can), and the engine reads between other work: the
+/// kernel drops what does not fit (`rcvd_socket_drops`). Without privilege the kernel caps the
+/// size at `net.core.rmem_max` (Debian's default gives 416 KiB); with `CAP_NET_ADMIN`
+/// (root) `SO_RCVBUFFORCE` goes past it.
+pub(crate) const RCVBUF: usize = 32 << 20;
 
 pub(crate) struct UdpBackend {
     gso: bool,
@@ -41,6 +50,11 @@ pub(crate) struct UdpBackend {
     senders: HashMap<u16, Option<(UdpSocket, UdpSocketState)>>,
     bufs: Vec<Vec<u8>>,
     metas: Vec<RecvMeta>,
+    rx: Arc<RxCounters>,
+    /// The receive socket's inode, to find its line in `/proc/net/udp`.
+    inode: Option<u64>,
+    /// The receive buffer the kernel granted.
+    rcvbuf: Option<usize>,
 }
 
 fn bind(addr: SocketAddr) -> io::Result<socket2::Socket> {
@@ -55,12 +69,12 @@ fn bind(addr: SocketAddr) -> io::Result<socket2::Socket> {
 
 impl UdpBackend {
     /// Binds `<ip>:<port>`.
-    pub(crate) fn new(ip: IpAddr, port: u16, gso: bool) -> io::Result<UdpBackend> {
+    pub(crate) fn new(ip: IpAddr, port: u16, gso: bool, rx: Arc<RxCounters>) -> io::Result<UdpBackend> {
         let s = bind(SocketAddr::new(ip, port))?;
         s.set_nonblocking(true)?;
-        // Bursts of a full window arrive back to back: ask for a large buffer (the kernel
-        // caps it at net.core.rmem_max).
-        let _ = s.set_recv_buffer_size(16 << 20);
+        set_recv_buffer(&s, RCVBUF);
+        let rcvbuf = s.recv_buffer_size().ok();
+        let inode = socket_inode(&s);
         let std_sock: UdpSocket = s.into();
         let state = UdpSocketState::new((&std_sock).into())?;
         let sock = mio::net::UdpSocket::from_std(std_sock);
@@ -73,6 +87,9 @@ impl UdpBackend {
             senders: HashMap::new(),
             bufs: (0..BATCH).map(|_| vec![0u8; SLOT]).collect(),
             metas: vec![RecvMeta::default(); BATCH],
+            rx,
+            inode,
+            rcvbuf,
         })
     }
 
@@ -151,5 +168,81 @@ impl Backend for UdpBackend {
 
     fn gso_numbers_ip_id(&self) -> bool {
         true
+    }
+
+    fn recv_buffer_size(&self) -> Option<usize> {
+        self.rcvbuf
+    }
+
+    fn refresh_counters(&mut self) {
+        let table = if self.ip.is_ipv4() { "/proc/self/net/udp" } else { "/proc/self/net/udp6" };
+        if let Some(drops) = self.inode.and_then(|i| socket_drops(table, i)) {
+            self.rx.socket_drops.store(drops, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Sets the receive buffer to `bytes`: past `net.core.rmem_max` where allowed
+/// (`SO_RCVBUFFORCE` needs `CAP_NET_ADMIN`), else as much as the kernel grants.
+pub(crate) fn set_recv_buffer(s: &socket2::Socket, bytes: usize) {
+    use std::os::fd::AsRawFd;
+    let v = i32::try_from(bytes).unwrap_or(i32::MAX);
+    // SAFETY: a plain int option; the kernel reads `size_of::<i32>()` bytes from `&v`.
+    let forced = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&v as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    } == 0;
+    if !forced {
+        let _ = s.set_recv_buffer_size(bytes);
+    }
+}
+
+/// The inode number of a socket (`socket:[N]` in `/proc/self/fd`).
+fn socket_inode(s: &socket2::Socket) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", s.as_raw_fd())).ok()?;
+    link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+}
+
+/// The `drops` column of the socket with `inode` in a `/proc/net/udp`-style table.
+fn socket_drops(table: &str, inode: u64) -> Option<u64> {
+    parse_drops(&std::fs::read_to_string(table).ok()?, inode)
+}
+
+fn parse_drops(text: &str, inode: u64) -> Option<u64> {
+    text.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // sl local rem st tx:rx tr:when retrnsmt uid timeout inode ref pointer drops
+        (f.len() >= 13 && f[9].parse() == Ok(inode)).then(|| f[12].parse().ok()).flatten()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drops_column_of_the_right_socket() {
+        let text = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops
+ 1049: 0100007F:12B7 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4242 2 0000000000000000 17
+ 1050: 0200007F:12B7 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4343 2 0000000000000000 0
+";
+        assert_eq!(parse_drops(text, 4242), Some(17));
+        assert_eq!(parse_drops(text, 4343), Some(0));
+        assert_eq!(parse_drops(text, 1), None);
+    }
+
+    #[test]
+    fn a_bound_socket_is_found_with_no_drops() {
+        let s = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let inode = socket_inode(&s).unwrap();
+        assert_eq!(socket_drops("/proc/self/net/udp", inode), Some(0));
+        set_recv_buffer(&s, RCVBUF);
+        assert!(s.recv_buffer_size().unwrap() >= 200_000);
     }
 }
