@@ -1,7 +1,8 @@
 //! Issue 15 item 3: queues and resources exhausted through the real engine (UDP loopback),
 //! each with the spec's behaviour and no hang — CQ overrun, an empty receive queue (RNR NAK,
 //! RNR retries, `RNR_RETRY_EXC_ERR`, infinite RNR retry 7), an empty SRQ, `max_rd_atomic`
-//! reached, a full send queue, and 10 000 READs requested at once. The responder's side of
+//! reached, a full send queue, and 10 000 READs requested at once (by a requester that keeps
+//! to `max_rd_atomic`, and by a hostile peer that does not). The responder's side of
 //! `max_dest_rd_atomic` (a peer that ignores it) is in `tests/rc_scenarios.rs`, packet by
 //! packet.
 
@@ -10,8 +11,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::verbs::*;
-use softroce::transport::{Counters, PostError};
+use softroce::transport::{Counters, PostError, QpEvent};
 use softroce::verbs::*;
+use softroce::wire::aeth::{AethRepr, NakCode, Syndrome};
+use softroce::wire::roce::{IpRepr, ROCEV2_UDP_PORT, RoceFrameRepr};
+use softroce::wire::{BthRepr, Opcode, Packet, PacketRepr, RethRepr};
 
 fn dev() -> Device {
     Device::open(DeviceConfig::new(loopback_ip())).unwrap()
@@ -367,4 +371,94 @@ fn ten_thousand_reads_requested_at_once() {
     a.mr.read(0, &mut got).unwrap();
     assert!(got == pattern);
     assert_eq!(qp_counters(&qb).send_nak_err, 0);
+}
+
+/// What a hostile peer got back: response packets and NAKs (PSN and code).
+#[derive(Debug, Default)]
+struct PeerSaw {
+    responses: usize,
+    naks: Vec<(Psn, NakCode)>,
+}
+
+/// 10 000 READ requests of 4 KiB each sent at once by a peer that ignores
+/// `max_dest_rd_atomic` (16) and never acknowledges a response — through the real engine over
+/// UDP, the requests built by hand. The responder keeps at most 16 READs in progress: the
+/// first request beyond them gets an Invalid Request NAK and the QP goes to the error state
+/// with a request-error event (IBTA: a responder out of RDMA READ/atomic resources answers
+/// Invalid Request); all later requests are dropped and counted; nothing is queued without
+/// bound (the transport-level test in `tests/rc_scenarios.rs` watches the queue packet by
+/// packet). The device stays responsive: a second QP on it is created and queried at once.
+#[test]
+fn ten_thousand_read_requests_from_a_peer_that_ignores_max_dest_rd_atomic() {
+    const N: u32 = 10_000;
+    const LEN: u32 = 4096;
+    let b = Node::new(LEN as usize);
+    let b_ip: std::net::Ipv4Addr = b.dev.ip().to_string().parse().unwrap();
+    let cq = b.dev.create_cq(64).unwrap();
+    let qb = b.qp(&cq, &cq, caps(16, 16), None);
+    let peer_ip: std::net::Ipv4Addr = loopback_ip().parse().unwrap();
+    let peer = std::net::UdpSocket::bind((peer_ip, ROCEV2_UDP_PORT)).unwrap();
+    peer.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let peer_qpn = Qpn::new(0x77);
+    let first = Psn::new(0x1000);
+    qb.modify(&QpAttrs::init(Access::ALL)).unwrap();
+    let av = AddressVector::new(Gid::from_ip(peer_ip.into()), b.dev.default_gid_index());
+    let mut rtr = QpAttrs::rtr(av, Mtu::Mtu1024, peer_qpn, first);
+    rtr.max_dest_rd_atomic = Some(16);
+    qb.modify(&rtr).unwrap();
+    qb.modify(&QpAttrs::rts(Psn::new(0x9000))).unwrap();
+
+    let frame = RoceFrameRepr {
+        ip: IpRepr::V4 { src: peer_ip, dst: b_ip, tos: 0, ttl: 64, id: 0, df: true },
+        src_port: ROCEV2_UDP_PORT,
+        dst_port: ROCEV2_UDP_PORT,
+        udp_checksum: false,
+    };
+    let pkts_per_read = LEN / 1024;
+    let start = Instant::now();
+    for i in 0..N {
+        let psn = first.add(i * pkts_per_read);
+        let mut r = PacketRepr::new(BthRepr::new(Opcode::RC_READ_REQ, qb.qp_num().value(), psn));
+        r.bth.ack_req = true;
+        r.reth = Some(RethRepr { va: b.mr.addr(), rkey: b.mr.rkey().value(), dma_len: LEN });
+        let mut buf = vec![0u8; frame.header_len() + r.buffer_len(0)];
+        let n = frame.emit(&mut buf, &r, &[]).unwrap();
+        // The kernel adds the IP and UDP headers; the engine recovers the IP ID it chose.
+        while let Err(e) = peer.send_to(&buf[frame.header_len()..n], (b_ip, ROCEV2_UDP_PORT)) {
+            assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
+        }
+    }
+    let mut saw = PeerSaw::default();
+    let mut rx = [0u8; 2048];
+    while let Ok((n, _)) = peer.recv_from(&mut rx) {
+        let p = Packet::new_checked(&rx[..n]).unwrap();
+        match p.aeth().map(|a| AethRepr::parse(&a).syndrome()) {
+            Some(Syndrome::Nak(code)) => saw.naks.push((p.bth().psn(), code)),
+            _ => saw.responses += 1,
+        }
+    }
+    println!("{N} READ requests answered in {:?}: {saw:?}", start.elapsed());
+    eventually("the responder's QP in the error state", || qb.state() == QpState::Err);
+    let ev = events(&b.dev);
+    assert!(ev.contains(&AsyncEvent::Qp { qpn: qb.qp_num(), event: QpEvent::RequestError }), "{ev:?}");
+    assert_eq!(saw.naks.len(), 1, "one NAK: {saw:?}");
+    let (nak_psn, code) = saw.naks[0];
+    assert_eq!(code, NakCode::InvalidRequest);
+    // The NAK names a READ beyond the first 16 (requests lost in a full socket buffer shift
+    // which one; a gap would be a sequence-error NAK instead, and is not what this tests).
+    let refused = (nak_psn.value().wrapping_sub(first.value()) & 0xff_ffff) / pkts_per_read;
+    assert!((16..N).contains(&refused), "NAK for READ {refused}");
+    assert!(
+        saw.responses <= (refused * pkts_per_read) as usize,
+        "{} response packets for {refused} READs accepted",
+        saw.responses
+    );
+    let c = qp_counters(&qb);
+    assert_eq!(c.send_nak_err, 1);
+    assert!(c.rcvd_dropped > 0, "the requests after the error are dropped and counted: {c:?}");
+    // The device still serves: a new QP at once.
+    let t = Instant::now();
+    let q2 = b.qp(&cq, &cq, caps(16, 16), None);
+    assert_eq!(q2.state(), QpState::Reset);
+    assert!(t.elapsed() < Duration::from_secs(1));
 }
