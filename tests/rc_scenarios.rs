@@ -969,8 +969,11 @@ fn dead_peer_ends_in_retry_exceeded_within_the_stretched_bound() {
         send(&mut d, 1, 0, 64);
         let mut sends = d.tx_a().len();
         let mut fired = vec![];
+        let mut handled = 0;
         while d.a.state() == QpState::Rts {
             let t = d.a.poll_timeout().expect("a timer runs while a request is outstanding");
+            handled += 1;
+            assert!(handled < 100, "still retrying after {handled} timer expiries: postponed without bound");
             d.now = t;
             let before = d.a.counters().local_ack_timeout_err;
             // Stalled: the driver could not run at any time since the timer was armed.
