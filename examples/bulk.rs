@@ -51,6 +51,10 @@ struct Args {
     /// Send every packet with its own system call (no UDP GSO).
     #[arg(long)]
     no_gso: bool,
+    /// Local ACK timeout code of the RC QPs (4.096 µs × 2^code). The default, ~8 ms, is far
+    /// above the tens of microseconds a veth round trip takes; `QpAttrs::rts` gives 14 (67 ms).
+    #[arg(long, default_value_t = 11)]
+    timeout: u8,
     /// Packet I/O backend: udp or raw (AF_PACKET, needs CAP_NET_RAW).
     #[arg(long, default_value = "udp")]
     backend: BackendKind,
@@ -169,13 +173,11 @@ fn exchange(stream: &mut TcpStream, res: &Res, psn: Psn) -> (Qpn, Psn, Gid, u64,
     (Qpn::new(p(f[0]) as u32), Psn::new(p(f[1]) as u32), Gid::from_ip(ip), p(f[3]), Rkey::new(p(f[4]) as u32))
 }
 
-fn connect(res: &Res, mtu: Mtu, qpn: Qpn, rq: Psn, gid: Gid, sq: Psn) {
+fn connect(res: &Res, a: &Args, mtu: Mtu, qpn: Qpn, rq: Psn, gid: Gid, sq: Psn) {
     let av = AddressVector::new(gid, res.dev.default_gid_index());
     res.qp.modify(&QpAttrs::rtr(av, mtu, qpn, rq)).unwrap_or_else(|e| die(e));
     let mut rts = QpAttrs::rts(sq);
-    // ~8 ms: far above the tens of microseconds a veth round trip takes, yet eight tries
-    // ride out ~67 ms of a peer starved of CPU on a busy machine.
-    rts.timeout = Some(11);
+    rts.timeout = Some(a.timeout);
     res.qp.modify(&rts).unwrap_or_else(|e| die(e));
 }
 
@@ -187,7 +189,7 @@ fn server(a: &Args, mtu: Mtu) {
     println!("listening");
     let (mut s, _) = listener.accept().unwrap_or_else(|e| die(e));
     let (qpn, psn, gid, _, _) = exchange(&mut s, &res, Psn::new(0x40_0000));
-    connect(&res, mtu, qpn, psn, gid, Psn::new(0x40_0000));
+    connect(&res, a, mtu, qpn, psn, gid, Psn::new(0x40_0000));
     let desc_base = SLOTS * a.max;
     for k in 0..256usize {
         res.qp
@@ -238,6 +240,9 @@ fn server(a: &Args, mtu: Mtu) {
             .post_send(SendWr::new(u64::MAX, SendOp::SendWithImm(i as u32), &[]))
             .unwrap_or_else(|e| die(e));
     }
+    // Linger until the client has been quiet for a while: the ACK of its last message may be
+    // lost, and a server that is gone leaves it retrying into the void (RETRY_EXC_ERR).
+    let _ = res.dev.wait_quiet(Duration::from_millis(500), Duration::from_secs(10));
     println!("server: verified {expect} messages, {moved} bytes, every byte and the order");
     let c = res.dev.counters().unwrap_or_else(|e| die(e));
     println!(
@@ -258,7 +263,7 @@ fn client(a: &Args, mtu: Mtu, ip: &str) {
         }
     };
     let (qpn, psn, gid, raddr, rkey) = exchange(&mut s, &res, Psn::new(0x80_0000));
-    connect(&res, mtu, qpn, psn, gid, Psn::new(0x80_0000));
+    connect(&res, a, mtu, qpn, psn, gid, Psn::new(0x80_0000));
     for k in 0..256u64 {
         res.qp.post_recv(RecvWr::new(k, &[])).unwrap_or_else(|e| die(e));
     }

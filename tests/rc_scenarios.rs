@@ -7,7 +7,7 @@ use common::duo::*;
 use softroce::transport::sim::{PD, PairConfig};
 use softroce::transport::*;
 use softroce::wire::aeth::{NakCode, Syndrome};
-use softroce::wire::{Opcode, Packet, Psn};
+use softroce::wire::{BthRepr, Opcode, Packet, PacketRepr, Psn, RethRepr};
 use std::time::Duration;
 
 fn duo() -> Duo {
@@ -899,4 +899,193 @@ fn endless_stale_responses_still_end_in_retry_exceeded() {
     assert_eq!(resent, 2, "both retries went out");
     assert!((32 * 4..40 * 4).contains(&ticks), "gave up after {ticks} quarter timeouts");
     assert_eq!(d.a_send[1].status, WcStatus::RetryExcErr);
+}
+
+/// A stall clock for `handle_timeout_stalled`: the driver could not run from `from` to `to`.
+fn stalled_between(from: Time, to: Time) -> impl Fn(Time) -> Duration {
+    move |since: Time| {
+        let start = since.max(from);
+        if to > start { to - start } else { Duration::ZERO }
+    }
+}
+
+/// The engine was descheduled for half of the local ACK timeout: when the timer is handled
+/// (late), the ACK that arrived meanwhile is read first, and the expiry neither retransmits
+/// nor takes a retry. A timeout of which the engine could run only part is postponed by the
+/// part it could not, and then fires.
+#[test]
+fn late_timer_does_not_consume_a_retry() {
+    let mut d = Duo::new(PairConfig { retry_cnt: 1, ..PairConfig::default() });
+    recv(&mut d, 1, 0, 64);
+    send(&mut d, 1, 0, 64);
+    let req = d.tx_a();
+    d.deliver_b(&req);
+    let ack = d.tx_b(); // held back: it "waits in the socket" while A is descheduled
+    // A could not run from RTO/4 to 3·RTO/4; its timer is handled at RTO.
+    let (s0, s1) = (Time::ZERO + RTO / 4, Time::ZERO + RTO * 3 / 4);
+    d.now = Time::ZERO + RTO;
+    d.a.handle_timeout_stalled(d.now, &d.ma, stalled_between(s0, s1));
+    assert!(d.tx_a().is_empty(), "no retransmission: A ran for only half the timeout");
+    assert_eq!(d.a.counters().local_ack_timeout_err, 0);
+    assert_eq!(d.a.poll_timeout(), Some(Time::ZERO + RTO + RTO / 2), "postponed by the stall");
+    d.deliver_a(&ack);
+    assert_eq!(d.a.counters().local_ack_timeout_stalled, 1, "one timeout avoided");
+    assert_eq!(d.a_send.len(), 1);
+    assert_eq!(d.a_send[0].status, WcStatus::Success);
+    assert_eq!(d.a.counters().completer_retry_err, 0, "no retry spent");
+    assert_eq!(d.a.poll_timeout(), None);
+
+    // The same with the ACK lost: the postponed timer fires once A has run a full timeout,
+    // and the retransmission is the first (of one) retry.
+    recv(&mut d, 2, 0, 64);
+    send(&mut d, 2, 0, 64);
+    let t0 = d.now;
+    let req = d.tx_a();
+    d.deliver_b(&req);
+    let _lost = d.tx_b();
+    d.now = t0 + RTO;
+    d.a.handle_timeout_stalled(d.now, &d.ma, stalled_between(t0, t0 + RTO / 2));
+    assert!(d.tx_a().is_empty());
+    assert_eq!(d.a.poll_timeout(), Some(t0 + RTO + RTO / 2));
+    d.now = t0 + RTO + RTO / 2;
+    d.a.handle_timeout_stalled(d.now, &d.ma, stalled_between(t0, t0 + RTO / 2));
+    let again = d.tx_a();
+    assert_eq!(again, req, "retransmitted after a full timeout of running");
+    assert_eq!((d.a.counters().local_ack_timeout_err, d.a.counters().completer_retry_err), (1, 1));
+    assert_eq!(d.a.counters().local_ack_timeout_stalled, 1, "this one was not avoided");
+    d.deliver_b(&again);
+    d.run(Duration::from_secs(1));
+    assert_eq!(d.a_send[1].status, WcStatus::Success);
+}
+
+/// The postponement is bounded: a peer that is gone ends in RETRY_EXC_ERR after exactly
+/// `retry_cnt` retransmissions, each timeout firing at most LOCAL_ACK_STRETCH × T after the
+/// timer was armed even when the engine never ran — and after exactly T each when it always
+/// could.
+#[test]
+fn dead_peer_ends_in_retry_exceeded_within_the_stretched_bound() {
+    for always_stalled in [false, true] {
+        let mut d = Duo::new(PairConfig { retry_cnt: 7, ..PairConfig::default() });
+        send(&mut d, 1, 0, 64);
+        let mut sends = d.tx_a().len();
+        let mut fired = vec![];
+        let mut handled = 0;
+        while d.a.state() == QpState::Rts {
+            let t = d.a.poll_timeout().expect("a timer runs while a request is outstanding");
+            handled += 1;
+            assert!(handled < 100, "still retrying after {handled} timer expiries: postponed without bound");
+            d.now = t;
+            let before = d.a.counters().local_ack_timeout_err;
+            // Stalled: the driver could not run at any time since the timer was armed.
+            d.a.handle_timeout_stalled(
+                t,
+                &d.ma,
+                |since| if always_stalled { t - since } else { Duration::ZERO },
+            );
+            if d.a.counters().local_ack_timeout_err != before {
+                fired.push(t);
+            }
+            sends += d.tx_a().len(); // all lost
+            assert!(fired.len() <= 8);
+        }
+        let stretch = if always_stalled { LOCAL_ACK_STRETCH } else { 1 };
+        let expect: Vec<Time> = (1..=8).map(|k| Time::ZERO + RTO * stretch * k).collect();
+        assert_eq!(fired, expect, "stalled={always_stalled}: a timeout every {stretch} × T");
+        assert_eq!(sends, 8, "the first transmission and seven retries");
+        assert_eq!(d.a_send[0].status, WcStatus::RetryExcErr);
+        assert_eq!(d.a.counters().retry_exceeded_err, 1);
+        assert_eq!(d.a.counters().local_ack_timeout_stalled, 0, "no timeout was avoided");
+    }
+}
+
+/// A READ request built by hand: a requester that ignores the responder's resources.
+fn read_request(dest: u32, psn: Psn, va: u64, len: u32) -> Vec<u8> {
+    let mut r = PacketRepr::new(BthRepr::new(Opcode::RC_READ_REQ, dest, psn));
+    r.bth.ack_req = true;
+    r.reth = Some(RethRepr { va, rkey: TGT, dma_len: len });
+    let mut buf = vec![0u8; r.buffer_len(0)];
+    r.emit(&mut buf, &[]).unwrap();
+    buf
+}
+
+/// READ responses the responder has queued (from its diagnostic line).
+fn queued_responses(qp: &Qp) -> usize {
+    let s = qp.debug_state();
+    s.split_whitespace().find_map(|w| w.strip_prefix("resp.out=")).and_then(|v| v.parse().ok()).unwrap()
+}
+
+/// Issue 15 item 3: a peer asks for 10 000 READ responses of 1 MiB each (10 GiB) without
+/// waiting for any. The responder keeps `max_dest_rd_atomic` (16) of them; the 17th is beyond
+/// its resources and gets an Invalid Request NAK, the QP goes to the error state with a
+/// request-error event, and everything after is dropped and counted. Memory stays bounded: at
+/// most 17 responses are ever queued, and the READ responses not yet sent are forgotten (only
+/// the NAK leaves). (rxe never refuses: it recycles its resource ring and answers READs one
+/// at a time, the requests queueing in the kernel meanwhile.)
+#[test]
+fn ten_thousand_read_requests_beyond_the_responders_resources() {
+    let mut d = Duo::new(PairConfig { rd_atomic: 16, mtu: Mtu::Mtu1024, ..PairConfig::default() });
+    let (qpn, first) = (d.b.qpn(), d.b.expected_psn());
+    let mut next = first;
+    let mut most = 0;
+    for _ in 0..10_000 {
+        let req = read_request(qpn, next, TGT_ADDR, 1 << 20);
+        next = next.add(1024);
+        d.deliver_b(&[req]);
+        most = most.max(queued_responses(&d.b));
+    }
+    assert!(most <= 17, "at most 16 READs and the NAK queued, saw {most}");
+    assert_eq!(d.b.state(), QpState::Err);
+    assert_eq!(d.b.poll_event(), Some(QpEvent::RequestError));
+    let out = d.tx_b();
+    assert_eq!(out.len(), 1, "only the NAK leaves");
+    assert_eq!(syndrome(&out[0]), Some(Syndrome::Nak(NakCode::InvalidRequest)));
+    assert_eq!(psn(&out[0]), first.add(16 * 1024), "the 17th READ is refused");
+    let c = d.b.counters();
+    assert_eq!(c.send_nak_err, 1);
+    assert_eq!(c.rcvd_dropped, 10_000 - 17, "everything after the error is dropped and counted");
+}
+
+/// The same peer replaying one READ 10 000 times: a duplicate READ restarts the response
+/// stream still in progress instead of queueing another, so one response stays queued however
+/// many duplicates come.
+#[test]
+fn ten_thousand_duplicate_reads_queue_one_response() {
+    let mut d = Duo::new(PairConfig { rd_atomic: 16, mtu: Mtu::Mtu1024, ..PairConfig::default() });
+    let (qpn, psn) = (d.b.qpn(), d.b.expected_psn());
+    let req = read_request(qpn, psn, TGT_ADDR, 1 << 20);
+    d.deliver_b(std::slice::from_ref(&req));
+    let mut most = 0;
+    for _ in 0..10_000 {
+        d.deliver_b(std::slice::from_ref(&req));
+        most = most.max(queued_responses(&d.b));
+    }
+    assert_eq!(most, 1);
+    assert_eq!(d.b.counters().duplicate_read_replayed, 10_000);
+    assert_eq!(d.b.state(), QpState::Rts);
+    assert_eq!(d.tx_b().len(), 1024, "one 1 MiB response stream");
+}
+
+/// A requester that honours `max_rd_atomic` queues READs past it in its send queue and
+/// issues them as responses complete; the responder's `max_dest_rd_atomic` is never exceeded.
+#[test]
+fn max_dest_rd_atomic_is_never_exceeded_by_a_compliant_requester() {
+    let mut d = Duo::new(PairConfig { rd_atomic: 2, ..PairConfig::default() });
+    for i in 0..200u64 {
+        d.a.post_send(SendWr::new(i, SendOp::RdmaRead(Duo::remote(i * 64)), &[Duo::sge(i * 64, 64)]))
+            .unwrap();
+    }
+    let mut most = 0;
+    for _ in 0..10_000 {
+        let r = d.tx_a();
+        if r.is_empty() && d.a_send.len() == 200 {
+            break;
+        }
+        d.deliver_b(&r);
+        most = most.max(queued_responses(&d.b));
+        let s = d.tx_b();
+        d.deliver_a(&s);
+    }
+    assert!(most <= 2, "{most}");
+    assert_eq!(d.a_send.len(), 200);
+    assert!(d.a_send.iter().all(|w| w.status == WcStatus::Success));
 }

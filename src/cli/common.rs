@@ -343,8 +343,9 @@ pub fn random_psn() -> u32 {
 
 /// How long a finished tool keeps its device answering after the peer's last packet, and at
 /// most how long it waits for that (see [`Device::wait_quiet`]): longer than rdma-core's and
-/// perftest's ACK timeout (code 14, 67 ms) plus a slow peer's round trip.
-pub const LINGER_QUIET: Duration = Duration::from_millis(200);
+/// perftest's ACK timeout (code 14, 67 ms) stretched as far as a starved softroce peer
+/// stretches it ([`softroce::transport::LOCAL_ACK_STRETCH`] × 67 ms), plus a round trip.
+pub const LINGER_QUIET: Duration = Duration::from_millis(300);
 /// See [`LINGER_QUIET`].
 pub const LINGER_LIMIT: Duration = Duration::from_secs(2);
 

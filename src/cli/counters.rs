@@ -2,11 +2,15 @@
 //!
 //! Every device's engine publishes its counters — kernel rxe's hw_counters names, then the
 //! receive path's own — in a small file under [`softroce::verbs::device::counters_dir`]
-//! (`/run/softroce` as root), rewritten while the device is busy and at its end.
+//! (`/run/softroce` as root), rewritten while the device is busy and at its end. An ended
+//! device's final counters stay for [`softroce::verbs::rundir::RETAIN_ENDED`] (the
+//! [`softroce::verbs::rundir::KEEP_ENDED`] most recent ended devices).
 
 use std::collections::BTreeMap;
 
-use super::common::exit;
+use softroce::verbs::rundir::{HEADER_KEYS, Header, RunDir, RunDirError};
+
+use super::common::{CliError, exit, report};
 
 /// Arguments of `softroce counters`.
 #[derive(clap::Args, Debug)]
@@ -15,7 +19,7 @@ pub struct CountersArgs {
     /// Only devices on this local IP address or device name
     #[arg(short = 'd', long = "ib-dev")]
     pub dev: Option<String>,
-    /// Also devices whose process has ended (their final counters)
+    /// Also devices that have ended (their final counters, kept 10 minutes; the last 64)
     #[arg(short = 'a', long)]
     pub all: bool,
     /// Also counters that are zero
@@ -35,30 +39,24 @@ pub struct Published {
     pub counters: Vec<(String, u64)>,
 }
 
-/// Reads every published counters file.
-pub fn read_all() -> Vec<Published> {
-    let dir = softroce::verbs::device::counters_dir();
-    let Ok(entries) = std::fs::read_dir(&dir) else { return vec![] };
+/// Reads every published counters file (of this user, or root's; see
+/// [`softroce::verbs::rundir`]).
+pub fn read_all() -> Result<Vec<Published>, RunDirError> {
+    let dir = RunDir::for_reading()?;
     let mut out = Vec::new();
-    for e in entries.flatten() {
-        if e.path().extension().and_then(|x| x.to_str()) != Some("counters") {
-            continue;
-        }
-        let Ok(text) = std::fs::read_to_string(e.path()) else { continue };
+    for (_, text) in dir.read_published() {
         let mut p = Published { header: BTreeMap::new(), counters: Vec::new() };
         for line in text.lines() {
             let Some((k, v)) = line.split_once(' ') else { continue };
-            match v.parse::<u64>() {
-                Ok(n) if !matches!(k, "pid") => p.counters.push((k.to_string(), n)),
-                _ => {
-                    p.header.insert(k.to_string(), v.to_string());
-                }
+            if HEADER_KEYS.contains(&k) {
+                p.header.insert(k.to_string(), v.to_string());
+            } else if let Ok(n) = v.parse::<u64>() {
+                p.counters.push((k.to_string(), n));
             }
         }
-        // A process that died without saying so is shown as exited.
-        let alive =
-            p.header.get("pid").is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
-        if !alive {
+        // A device whose process is gone (or whose pid now names another process) is shown as
+        // exited.
+        if !Header::parse(&text).running() {
             p.header.insert("state".into(), "exited".into());
         }
         out.push(p);
@@ -66,12 +64,20 @@ pub fn read_all() -> Vec<Published> {
     out.sort_by(|a, b| {
         (a.header.get("ip"), a.header.get("pid")).cmp(&(b.header.get("ip"), b.header.get("pid")))
     });
-    out
+    Ok(out)
 }
 
 /// Runs `softroce counters`.
 pub fn run(a: &CountersArgs) -> i32 {
-    let shown: Vec<Published> = read_all()
+    let all = match read_all() {
+        Ok(all) => all,
+        // No directory yet: no device has published anything.
+        Err(RunDirError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => vec![],
+        Err(e) => {
+            return report("counters", &CliError::setup(format!("not reading the run directory: {e}")));
+        }
+    };
+    let shown: Vec<Published> = all
         .into_iter()
         .filter(|p| a.all || p.header.get("state").map(String::as_str) == Some("running"))
         .filter(|p| {

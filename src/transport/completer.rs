@@ -51,9 +51,9 @@ impl Qp {
     /// Re-arms or stops the local ACK timer after the acknowledged PSN moved.
     fn rearm_retransmit(&mut self, now: Time) {
         if self.qp_type == QpType::Rc && self.req.psn.is_after(self.comp.psn) {
-            self.retransmit_at = self.retransmit_interval().map(|d| now + d);
+            self.arm_retransmit(now);
         } else {
-            self.retransmit_at = None;
+            self.stop_retransmit();
         }
     }
 
@@ -249,7 +249,7 @@ impl Qp {
                         self.req.wait_rnr = true;
                         self.rnr_at = Some(now + std::time::Duration::from_nanos(rnr_timer_ns(timer)));
                         // The RNR wait replaces the ACK timeout until the retry is sent.
-                        self.retransmit_at = None;
+                        self.stop_retransmit();
                         CompSt::Exit
                     } else {
                         self.counters.retry_rnr_exceeded_err += 1;

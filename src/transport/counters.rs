@@ -73,4 +73,9 @@ counters! {
     /// UC packets dropped with the message they belong to: a PSN gap, an opcode out of
     /// sequence, a bad R_Key or length (the receiver resynchronises at the next First/Only).
     uc_msg_dropped,
+    /// Local ACK timeouts avoided (softroce's own): the timer expired when the engine had
+    /// been kept from running for part of the interval, was postponed by that part instead
+    /// of retrying (and taking one of `retry_cnt`), and the peer answered before the new
+    /// expiry.
+    local_ack_timeout_stalled,
 }

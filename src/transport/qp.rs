@@ -220,6 +220,11 @@ pub struct QpAttrUpdate {
     pub pkey_index: bool,
 }
 
+/// At most this many local ACK timeouts `T` pass between arming the timer and its expiry,
+/// however long the driver was kept from running meanwhile (see
+/// [`Qp::handle_timeout_stalled`]).
+pub const LOCAL_ACK_STRETCH: u32 = 4;
+
 /// Largest number of READs/atomics outstanding in either direction (rxe's
 /// `max_qp_rd_atom`).
 pub const MAX_RD_ATOMIC: u8 = 128;
@@ -459,6 +464,10 @@ pub struct Qp {
     pub(crate) events: VecDeque<QpEvent>,
     pub(crate) counters: Counters,
     pub(crate) retransmit_at: Option<Time>,
+    /// When the local ACK timer was last armed (what a timeout's waiting is measured from).
+    pub(crate) retransmit_armed: Time,
+    /// The local ACK timer expired and was postponed because the driver had been stalled.
+    pub(crate) retransmit_postponed: bool,
     pub(crate) rnr_at: Option<Time>,
     /// Alternates responder and requester output so neither starves the other.
     pub(crate) tx_turn: bool,
@@ -490,6 +499,8 @@ impl Qp {
             events: VecDeque::new(),
             counters: Counters::default(),
             retransmit_at: None,
+            retransmit_armed: Time::ZERO,
+            retransmit_postponed: false,
             rnr_at: None,
             tx_turn: false,
             sq_drained_reported: false,
@@ -836,6 +847,7 @@ impl Qp {
             self.events.push_back(QpEvent::Fatal);
         }
         self.retransmit_at = None;
+        self.retransmit_postponed = false;
         self.rnr_at = None;
         self.req.need_retry = false;
         self.req.wait_rnr = false;
@@ -973,15 +985,52 @@ impl Qp {
         self.check_sq_drained();
     }
 
-    /// Handles expired timers.
+    /// Handles expired timers, for a driver that was never kept from running (see
+    /// [`Qp::handle_timeout_stalled`]).
     pub fn handle_timeout<M: Memory>(&mut self, now: Time, mem: &M) {
+        self.handle_timeout_stalled(now, mem, |_| Duration::ZERO)
+    }
+
+    /// Handles expired timers. `stalled(since)` tells how long, between `since` and `now`,
+    /// the driver was ready to run but could not (a userspace engine descheduled by the
+    /// operating system); a driver that cannot tell returns zero.
+    ///
+    /// The local ACK timer counts only the time the driver could run: an expiry after a
+    /// timeout interval `T` of which the driver spent part descheduled is postponed by that
+    /// part and neither retransmits nor takes one of the `retry_cnt` retries: the peer —
+    /// usually on the same overloaded machine — had as little chance to answer. When the
+    /// answer comes before the new expiry, the timeout was avoided (counted in
+    /// `local_ack_timeout_stalled`). The postponement is bounded: every timeout fires at most
+    /// [`LOCAL_ACK_STRETCH`] × `T` after the timer was armed, so a peer that is really gone
+    /// still ends in `RETRY_EXC_ERR` within `(retry_cnt + 1) × LOCAL_ACK_STRETCH × T` of the
+    /// last progress. The IBTA attribute is the least time the requester waits before it
+    /// retries; waiting longer while the requester itself could not run stays within it.
+    pub fn handle_timeout_stalled<M: Memory>(
+        &mut self,
+        now: Time,
+        mem: &M,
+        stalled: impl Fn(Time) -> Duration,
+    ) {
         if self.rnr_at.is_some_and(|t| t <= now) {
             self.rnr_at = None;
             self.req.wait_rnr = false;
             self.req.need_retry = true;
         }
         if self.retransmit_at.is_some_and(|t| t <= now) {
+            if let Some(rto) = self.retransmit_interval() {
+                let armed = self.retransmit_armed;
+                let cap = armed + rto * LOCAL_ACK_STRETCH;
+                let waited = now - armed;
+                let ran = waited.saturating_sub(stalled(armed).min(waited));
+                if ran < rto && now < cap {
+                    // The driver could not run for part of the interval: wait for the rest.
+                    self.retransmit_postponed = true;
+                    self.retransmit_at = Some((now + (rto - ran)).min(cap));
+                    return;
+                }
+            }
             self.retransmit_at = None;
+            self.retransmit_postponed = false;
             self.completer_timeout(now, mem);
         }
     }
@@ -1052,6 +1101,31 @@ impl Qp {
         {
             self.sq_drained_reported = true;
             self.events.push_back(QpEvent::SqDrained);
+        }
+    }
+
+    /// The local ACK timeout `T` (4.096 µs × 2^`timeout`; `None` for timeout 0 = infinite).
+    pub fn local_ack_timeout(&self) -> Option<Duration> {
+        self.retransmit_interval()
+    }
+
+    /// Arms the local ACK timer `T` from `now` (not for timeout 0 = infinite).
+    pub(crate) fn arm_retransmit(&mut self, now: Time) {
+        self.note_timer_outrun();
+        self.retransmit_at = self.retransmit_interval().map(|d| now + d);
+        self.retransmit_armed = now;
+    }
+
+    /// Stops the local ACK timer: nothing is outstanding, or the peer answered.
+    pub(crate) fn stop_retransmit(&mut self) {
+        self.note_timer_outrun();
+        self.retransmit_at = None;
+    }
+
+    /// A response came before a postponed timer's new expiry: the timeout it avoided.
+    fn note_timer_outrun(&mut self) {
+        if std::mem::take(&mut self.retransmit_postponed) {
+            self.counters.local_ack_timeout_stalled += 1;
         }
     }
 

@@ -245,7 +245,7 @@ impl Qp {
         }
         if rc {
             if self.retransmit_at.is_none() {
-                self.retransmit_at = self.retransmit_interval().map(|d| now + d);
+                self.arm_retransmit(now);
             }
         } else if end {
             self.retire_done();

@@ -74,6 +74,11 @@ impl std::fmt::Debug for CompletionQueue {
 }
 
 impl CompletionQueue {
+    /// The CQ's number: what [`super::AsyncEvent::CqError`] names.
+    pub fn cq_num(&self) -> u32 {
+        self.shared.id
+    }
+
     /// Capacity.
     pub fn cqe(&self) -> usize {
         self.shared.queue.capacity()

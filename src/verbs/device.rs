@@ -218,7 +218,7 @@ pub enum AsyncEvent {
     },
     /// A CQ overflowed (`IBV_EVENT_CQ_ERR`).
     CqError {
-        /// Which CQ (the order of creation).
+        /// Which CQ ([`super::CompletionQueue::cq_num`]).
         cq: u32,
     },
     /// A shared receive queue fell below its armed limit (`IBV_EVENT_SRQ_LIMIT_REACHED`);
@@ -727,31 +727,11 @@ impl Device {
     }
 }
 
-/// The directory where running devices publish their counters: `$SOFTROCE_RUN_DIR`, else
-/// `/run/softroce` when it can be created (root), else `$XDG_RUNTIME_DIR/softroce`, else
+/// The directory where devices publish their counters (see [`super::rundir`]):
+/// `$SOFTROCE_RUN_DIR`, else `/run/softroce` for root, else `$XDG_RUNTIME_DIR/softroce`, else
 /// `/tmp/softroce-<uid>`.
 pub fn counters_dir() -> std::path::PathBuf {
-    if let Some(d) = std::env::var_os("SOFTROCE_RUN_DIR") {
-        return d.into();
-    }
-    let run = std::path::PathBuf::from("/run/softroce");
-    if std::fs::create_dir_all(&run).is_ok()
-        && std::fs::metadata(&run).is_ok_and(|m| !m.permissions().readonly())
-    {
-        return run;
-    }
-    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
-        return std::path::PathBuf::from(x).join("softroce");
-    }
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
-        })
-        .unwrap_or_else(|| "0".into());
-    std::path::PathBuf::from(format!("/tmp/softroce-{uid}"))
+    super::rundir::run_dir_path()
 }
 
 /// Device counters: rxe's hw_counters names plus the receive path's drops.
@@ -769,7 +749,8 @@ pub struct DeviceCounters {
     pub rcvd_bad_source: u64,
     /// ICRCs that matched only with an IPv4 identification other than the one predicted.
     pub icrc_unexpected_id: u64,
-    /// Packets the backend failed to send.
+    /// Packets the backend failed to send (listed once, under `send_err`, with the QPs'
+    /// own send failures).
     pub send_err: u64,
     /// Packets received with ECN Congestion Experienced (mlx5 calls it
     /// `np_ecn_marked_roce_packets`).
@@ -797,13 +778,14 @@ pub struct DeviceCounters {
 impl DeviceCounters {
     /// Every counter as `(name, value)`.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
-        self.qp.iter().chain([
+        // One `send_err`, as rxe has: the QPs' failures (no route) and the backend's.
+        let qp = self.qp.iter().map(|(k, v)| if k == "send_err" { (k, v + self.send_err) } else { (k, v) });
+        qp.chain([
             ("rcvd_icrc_err", self.rcvd_icrc_err),
             ("rcvd_malformed", self.rcvd_malformed),
             ("rcvd_unknown_qp", self.rcvd_unknown_qp),
             ("rcvd_bad_source", self.rcvd_bad_source),
             ("icrc_unexpected_id", self.icrc_unexpected_id),
-            ("send_err", self.send_err),
             ("rcvd_ecn_ce", self.rcvd_ecn_ce),
             ("rcvd_socket_drops", self.rcvd_socket_drops),
             ("rcvd_frame_truncated", self.rcvd_frame_truncated),

@@ -28,7 +28,9 @@ use super::error::{Error, Result};
 use super::gid::{Gid, rc_udp_sport, ud_udp_sport};
 use super::mr::MrTable;
 use super::qp::{AddressVector, QpAttrs, QpInfo, QpShared};
+use super::rundir::RunDir;
 use super::srq::{SRQ_TAG, SrqAttr, SrqShared};
+use super::stall::StallClock;
 use crate::transport::{Counters, GRH_LEN, Qp, QpType, Qpn, Srq, Time, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::icrc::{self, RecoveredIpv4};
 use crate::wire::roce::{IpRepr, RoceFrameRepr};
@@ -120,6 +122,9 @@ pub(crate) struct Engine {
     tx: Vec<u8>,
 }
 
+/// Receive batches read before due timers fire (at most 64 datagrams each).
+const MAX_BATCHES_BEFORE_TIMERS: usize = 16;
+
 /// Largest packet the engine builds: BTH + longest header chain + 4096 + ICRC.
 const MAX_PKT: usize = 12 + 32 + 4096 + ICRC_LEN;
 
@@ -164,15 +169,32 @@ impl Engine {
     pub(crate) fn run(mut self) {
         let mut events = mio::Events::with_capacity(8);
         let mut idle_since: Option<Instant> = None;
+        // Opened here, on the engine thread: the thread whose scheduling it measures.
+        let mut stall = StallClock::for_this_thread();
+        let mut woke = true;
         loop {
             let mut work = match self.commands() {
                 Some(w) => w,
                 None => return,
             };
             let now = self.now();
+            stall.sample(now, woke);
+            woke = false;
             work |= self.receive(now);
             work |= self.take_posts();
-            work |= self.timers(now);
+            let now = self.now();
+            if self.timer_due(now) {
+                // A timer is due: first read what has arrived (up to a bound), so that a
+                // response that waited in the socket while the engine could not run counts
+                // before the timeout does.
+                for _ in 0..MAX_BATCHES_BEFORE_TIMERS {
+                    if !self.receive(now) {
+                        break;
+                    }
+                }
+                stall.sample(now, true);
+                work |= self.timers(now, &stall);
+            }
             work |= self.transmit(now);
             self.publish();
             self.stats.dirty |= work;
@@ -205,6 +227,7 @@ impl Engine {
                     timeout = Some(timeout.map_or(cap, |t| t.min(cap)));
                 }
                 let _ = self.poll.poll(&mut events, timeout);
+                woke = true;
             }
             self.st.shared.sleeping.store(false, Ordering::SeqCst);
             idle_since = None;
@@ -382,7 +405,12 @@ impl Engine {
         any
     }
 
-    fn timers(&mut self, now: Time) -> bool {
+    /// Whether a QP timer is due at `now`.
+    fn timer_due(&self, now: Time) -> bool {
+        self.st.timers.peek().is_some_and(|Reverse((t, _))| *t <= now)
+    }
+
+    fn timers(&mut self, now: Time, stall: &StallClock) -> bool {
         let st = &mut self.st;
         let shared = st.shared.clone();
         let mut any = false;
@@ -397,7 +425,9 @@ impl Engine {
             }
             slot.timer = None;
             let mrs = shared.mrs.read();
-            slot.qp.handle_timeout(now, &*mrs);
+            // Each QP ignores the waits its timeout already allows for.
+            let grace = super::stall::grace(slot.qp.local_ack_timeout().unwrap_or_default());
+            slot.qp.handle_timeout_stalled(now, &*mrs, |since| stall.stalled_since(since, grace));
             st.touched.push(qpn);
             any = true;
         }
@@ -540,48 +570,47 @@ impl Engine {
 
 /// The file through which a running device publishes its counters to other processes
 /// (`softroce counters` reads it): `name value` lines, rewritten at most four times a second
-/// while the device is busy and at shutdown, replaced atomically (write, then rename).
+/// while the device is busy and at shutdown, replaced atomically (see [`super::rundir`], which
+/// also bounds what ended devices leave behind).
 struct StatsFile {
     /// Counters changed since the last write.
     dirty: bool,
-    path: Option<std::path::PathBuf>,
+    /// The run directory and this device's file in it; `None` when publishing is off.
+    target: Option<(RunDir, String)>,
     header: String,
     last: Instant,
 }
 
 impl StatsFile {
     fn new(shared: &DeviceShared) -> StatsFile {
-        let dir = super::device::counters_dir();
-        let path = std::fs::create_dir_all(&dir)
-            .ok()
-            .map(|_| dir.join(format!("{}-{}-{}.counters", shared.name, shared.ip, std::process::id())));
-        let header = format!(
-            "device {}\nip {}\nnetdev {}\npid {}\n",
-            shared.name,
-            shared.ip,
-            shared.netdev,
-            std::process::id()
-        );
-        StatsFile { dirty: true, path, header, last: Instant::now() - Duration::from_secs(1) }
+        let pid = std::process::id();
+        let target = RunDir::for_publishing().ok().map(|dir| {
+            // Every device that opens clears what ended devices left beyond the bound.
+            dir.prune();
+            (dir, format!("{}-{}-{}.counters", shared.name, shared.ip, pid))
+        });
+        let mut header =
+            format!("device {}\nip {}\nnetdev {}\npid {pid}\n", shared.name, shared.ip, shared.netdev);
+        if let Some(start) = super::rundir::process_start(pid) {
+            header.push_str(&format!("start {start}\n"));
+        }
+        StatsFile { dirty: true, target, header, last: Instant::now() - Duration::from_secs(1) }
     }
 
     fn due(&self) -> bool {
-        self.path.is_some() && self.last.elapsed() >= Duration::from_millis(250)
+        self.target.is_some() && self.last.elapsed() >= Duration::from_millis(250)
     }
 
     fn write(&mut self, c: &DeviceCounters, exited: bool) {
         self.last = Instant::now();
         self.dirty = false;
-        let Some(path) = &self.path else { return };
+        let Some((dir, name)) = &self.target else { return };
         let mut text = self.header.clone();
         text.push_str(&format!("state {}\n", if exited { "exited" } else { "running" }));
         for (k, v) in c.iter() {
             text.push_str(&format!("{k} {v}\n"));
         }
-        let tmp = path.with_extension("tmp");
-        if std::fs::write(&tmp, text).is_ok() {
-            let _ = std::fs::rename(&tmp, path);
-        }
+        let _ = dir.publish(name, &text);
     }
 }
 
@@ -713,20 +742,28 @@ impl State {
         }
         // The state is visible before the completions that report its change.
         slot.shared.set_state(q.state());
-        let mut overflow = false;
+        let (mut send_overrun, mut recv_overrun) = (false, false);
         while let Some(wc) = q.poll_send_completion() {
-            overflow |= !slot.send_cq.push(wc);
+            send_overrun |= !slot.send_cq.push(wc);
         }
         while let Some(wc) = q.poll_recv_completion() {
             match &slot.shared.srq {
                 Some(srq) => srq.outstanding.fetch_sub(1, Ordering::SeqCst),
                 None => slot.shared.recv_outstanding.fetch_sub(1, Ordering::SeqCst),
             };
-            overflow |= !slot.recv_cq.push(wc);
+            recv_overrun |= !slot.recv_cq.push(wc);
         }
-        if overflow {
-            // IBTA: a CQ overrun is a CQ error; the QPs that feed it cannot go on.
-            self.shared.events.push(AsyncEvent::CqError { cq: slot.send_cq.id });
+        if send_overrun || recv_overrun {
+            // IBTA: a CQ overrun is a CQ error, reported against the CQ that overran; the
+            // QPs that feed it cannot go on.
+            let same = Arc::ptr_eq(&slot.send_cq, &slot.recv_cq);
+            for (overran, cq) in
+                [(send_overrun, &slot.send_cq), (recv_overrun && !(same && send_overrun), &slot.recv_cq)]
+            {
+                if overran {
+                    self.shared.events.push(AsyncEvent::CqError { cq: cq.id });
+                }
+            }
             let _ = q.modify(&crate::transport::QpAttrUpdate {
                 state: Some(crate::transport::QpState::Err),
                 ..Default::default()

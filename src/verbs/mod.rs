@@ -134,7 +134,9 @@ pub mod gid;
 pub mod mr;
 pub mod pd;
 pub mod qp;
+pub mod rundir;
 pub mod srq;
+mod stall;
 
 pub use ah::AddressHandle;
 pub use backend::memory::MemoryNetwork;

@@ -1,0 +1,153 @@
+//! How long the engine thread was kept from running: what the local ACK timer does not count
+//! (`Qp::handle_timeout_stalled`).
+//!
+//! A userspace engine can be descheduled, kernel rxe (softirq) cannot. While the engine waits
+//! for a CPU, responses pile up unread in its socket and the peer — usually on the same
+//! overloaded machine — is as slow to answer; a timer that counted that time would spend the
+//! retry budget on a busy machine, not a dead peer. Linux reports, per thread, the time it
+//! spent runnable but waiting on a run queue (`/proc/thread-self/schedstat`, second field,
+//! `CONFIG_SCHED_INFO`). The engine reads it at most once a millisecond while it works (under
+//! a microsecond a read), whenever it wakes from sleep, and before it fires timers; a wait of
+//! a millisecond or more between two readings is recorded as a stall.
+//!
+//! Short waits are ordinary scheduling latency on a loaded machine — every round trip there
+//! includes some — and the timeout already allows for them: a QP counts only the part of each
+//! stall beyond a grace of an eighth of its timeout ([`grace`]). Where the file cannot be
+//! read the clock reports no stall, and timers count wall time.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::time::Duration;
+
+use crate::transport::Time;
+
+/// Stalls kept: a few seconds of history on the busiest machine (at most one a
+/// millisecond). A timer armed before the oldest is measured without the older ones (less
+/// stall found: the timer fires sooner, never later than it should).
+const STALLS: usize = 4096;
+/// Least spacing of readings taken while the engine is busy, and the least wait recorded.
+const SPACING: Duration = Duration::from_millis(1);
+
+/// How much of each stall a QP with local ACK timeout `rto` ignores: an eighth of the
+/// timeout (at least a millisecond).
+pub(crate) fn grace(rto: Duration) -> Duration {
+    (rto / 8).max(SPACING)
+}
+
+/// The engine thread's run-queue waits, read against engine time.
+#[derive(Debug)]
+pub(crate) struct StallClock {
+    file: Option<File>,
+    /// The last reading: when, and the thread's total run-queue delay in ns.
+    last: Option<(Time, u64)>,
+    /// `(end, length)` of each wait of at least [`SPACING`] between two readings, oldest
+    /// first.
+    stalls: VecDeque<(Time, Duration)>,
+}
+
+impl StallClock {
+    /// The clock of the calling thread (call it on the engine thread).
+    pub(crate) fn for_this_thread() -> StallClock {
+        StallClock {
+            file: File::open("/proc/thread-self/schedstat").ok(),
+            last: None,
+            stalls: VecDeque::new(),
+        }
+    }
+
+    /// The thread's total run-queue delay in nanoseconds.
+    fn read(&self) -> Option<u64> {
+        let f = self.file.as_ref()?;
+        let mut buf = [0u8; 96];
+        let n = f.read_at(&mut buf, 0).ok()?;
+        let text = std::str::from_utf8(buf.get(..n)?).ok()?;
+        text.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    /// Reads the delay at `now`: always when `force`, else at most once per [`SPACING`].
+    pub(crate) fn sample(&mut self, now: Time, force: bool) {
+        if self.file.is_none() {
+            return;
+        }
+        if !force && self.last.is_some_and(|(t, _)| now - t < SPACING) {
+            return;
+        }
+        if let Some(total) = self.read() {
+            self.record(now, total);
+        }
+    }
+
+    /// Takes a reading of the total run-queue delay `total` (ns) made at `now`.
+    fn record(&mut self, now: Time, total: u64) {
+        if let Some((_, prev)) = self.last {
+            let waited = Duration::from_nanos(total.saturating_sub(prev));
+            if waited >= SPACING {
+                if self.stalls.len() == STALLS {
+                    self.stalls.pop_front();
+                }
+                self.stalls.push_back((now, waited));
+            }
+        }
+        let total = self.last.map_or(total, |(_, prev)| total.max(prev));
+        self.last = Some((now, total));
+    }
+
+    /// How long the thread waited for a CPU after `since`, counting of each stall only what
+    /// exceeds `grace`.
+    pub(crate) fn stalled_since(&self, since: Time, grace: Duration) -> Duration {
+        let first = self.stalls.partition_point(|&(end, _)| end <= since);
+        self.stalls.range(first..).map(|&(end, len)| len.min(end - since).saturating_sub(grace)).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Time {
+        Time::from_nanos(n * 1_000_000)
+    }
+
+    #[test]
+    fn reads_this_threads_delay() {
+        let mut c = StallClock::for_this_thread();
+        if c.file.is_none() {
+            return; // no schedstat on this kernel
+        }
+        assert!(c.read().is_some());
+        c.sample(ms(1), true);
+        assert!(c.last.is_some());
+        assert_eq!(c.stalled_since(ms(0), Duration::ZERO), Duration::ZERO);
+    }
+
+    #[test]
+    fn records_waits_and_counts_what_exceeds_the_grace() {
+        let mut c = StallClock { file: None, last: None, stalls: VecDeque::new() };
+        c.record(ms(10), 0);
+        c.record(ms(12), 500_000); // 0.5 ms: ordinary latency, not recorded
+        c.record(ms(60), 40_500_000); // a 40 ms stall ending at 60 ms
+        c.record(ms(70), 43_500_000); // 3 ms
+        assert_eq!(c.stalls.len(), 2);
+        assert_eq!(c.stalled_since(ms(0), Duration::ZERO), Duration::from_millis(43));
+        // With an 8 ms grace the 3 ms wait does not count, the 40 ms one counts 32 ms.
+        assert_eq!(c.stalled_since(ms(0), Duration::from_millis(8)), Duration::from_millis(32));
+        // A stall that began before `since` counts only from `since`.
+        assert_eq!(c.stalled_since(ms(40), Duration::ZERO), Duration::from_millis(23));
+        assert_eq!(c.stalled_since(ms(70), Duration::ZERO), Duration::ZERO);
+        // The total never goes backwards.
+        c.record(ms(80), 1);
+        assert_eq!(c.last, Some((ms(80), 43_500_000)));
+        assert_eq!(grace(Duration::from_millis(67)), Duration::from_nanos(8_375_000));
+        assert_eq!(grace(Duration::from_micros(500)), Duration::from_millis(1));
+    }
+
+    #[test]
+    fn history_is_bounded() {
+        let mut c = StallClock { file: None, last: None, stalls: VecDeque::new() };
+        for i in 0..(STALLS as u64 + 100) {
+            c.record(ms(10 * i), i * 2_000_000);
+        }
+        assert_eq!(c.stalls.len(), STALLS);
+    }
+}
