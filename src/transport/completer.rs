@@ -1,7 +1,7 @@
 //! The completer: handles responses (ACK, NAK, READ responses, atomic ACKs) and retires send
 //! work requests (kernel rxe's `rxe_comp.c`).
 //!
-//! [`Qp::completer_handle`] walks the same states as rxe's `rxe_completer()` — the names are
+//! `Qp::completer_handle` walks the same states as rxe's `rxe_completer()` — the names are
 //! kept so the two can be read side by side — for one response packet, or for a local ACK
 //! timeout.
 

@@ -1,9 +1,9 @@
 //! The responder: executes incoming requests and answers them (kernel rxe's `rxe_resp.c`).
 //!
-//! [`Qp::responder_handle`] takes one request packet through rxe's checks in rxe's order —
+//! `Qp::responder_handle` takes one request packet through rxe's checks in rxe's order —
 //! CHK_PSN, CHK_OP_SEQ, CHK_OP_VALID, CHK_RESOURCE, CHK_LENGTH, CHK_RKEY, EXECUTE, COMPLETE,
 //! ACKNOWLEDGE — and queues the response (ACK, NAK, READ response, atomic ACK), which
-//! [`Qp::responder_transmit`] turns into packets.
+//! `Qp::responder_transmit` turns into packets.
 //!
 //! Two deliberate differences from rxe 6.1, both what the IBTA and RDMA NICs do:
 //! - a SEND longer than the receive buffer completes the receive with `LOC_LEN_ERR` and is
