@@ -8,6 +8,12 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "softroce", version, about, after_help = cli::common::EXIT_CODES)]
 struct Cli {
+    /// Log what the stack does to stderr: -v warnings and errors (failed connections, retries
+    /// exhausted, NAKs), -vv the story (QP states, retransmissions and their causes, RNR, CM
+    /// events), -vvv everything. RUST_LOG (an env_logger-style filter, e.g.
+    /// `RUST_LOG=softroce=debug`) overrides it. Give it before the tool: `softroce -vv perf ...`.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -60,6 +66,7 @@ fn quiet_on_closed_stdout() {
 fn main() {
     quiet_on_closed_stdout();
     let cli = Cli::parse();
+    cli::common::init_logging(cli.verbose);
     let code = match &cli.command {
         Command::Dump(a) => cli::dump::run(a),
         Command::Perf(a) => cli::perf::run(a),
