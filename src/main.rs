@@ -8,6 +8,12 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "softroce", version, about, after_help = cli::common::EXIT_CODES)]
 struct Cli {
+    /// Log what the stack does to stderr: -v warnings and errors (failed connections, retries
+    /// exhausted, NAKs), -vv the story (QP states, retransmissions and their causes, RNR, CM
+    /// events), -vvv everything. RUST_LOG (an env_logger-style filter, e.g.
+    /// `RUST_LOG=softroce=debug`) overrides it. Give it before the tool: `softroce -vv perf ...`.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -35,8 +41,32 @@ enum Command {
     LibPath(cli::lib_path::LibPathArgs),
 }
 
+/// A reader that stops early (`softroce counters --all | head -3`) ends the tool quietly, as it
+/// ends `cat`: std's print macros panic when stdout's reader is gone (Rust ignores SIGPIPE), and
+/// this hook turns exactly that panic into a silent exit with status 0; any other panic is
+/// reported as before.
+fn quiet_on_closed_stdout() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout")
+            && msg.contains(&format!("(os error {})", libc::EPIPE))
+        {
+            std::process::exit(0);
+        }
+        report(info)
+    }));
+}
+
 fn main() {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
+    cli::common::init_logging(cli.verbose);
     let code = match &cli.command {
         Command::Dump(a) => cli::dump::run(a),
         Command::Perf(a) => cli::perf::run(a),

@@ -333,3 +333,19 @@ fn every_help_shows_the_exit_code_table() {
     let t = text(&softroce().args(["rc-pingpong", "--help"]).output().unwrap());
     assert!(t.contains("--connect-timeout") && t.contains("--peer-timeout"), "{t}");
 }
+
+/// A reader that stops early (`softroce counters --all | head -3`) ends the tool quietly, as it
+/// ends `cat`: no panic message about a broken pipe, status 0 (what `dump` already did).
+#[test]
+fn a_closed_stdout_ends_the_tool_quietly() {
+    for args in [&["devinfo", "-d", "127.0.0.1"][..], &["dump", "-v", "tests/data/read_8k.pcap"], &["--help"]]
+    {
+        // A pipe whose reader is gone before the tool starts: every write fails with EPIPE.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let o = softroce().args(args).stdout(writer).stderr(Stdio::piped()).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {:?} {err}", o.status);
+    }
+}

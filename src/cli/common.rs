@@ -355,3 +355,26 @@ pub const LINGER_LIMIT: Duration = Duration::from_secs(2);
 pub fn linger(dev: &Device) {
     let _ = dev.wait_quiet(LINGER_QUIET, LINGER_LIMIT);
 }
+
+/// Sends the library's `tracing` events to stderr: the filter in `RUST_LOG` if set (e.g.
+/// `RUST_LOG=debug`, `RUST_LOG=softroce::transport=trace`), else by `-v` count (none: nothing
+/// is logged; 1: warnings; 2: debug; 3: trace). With logging off, events cost one relaxed load
+/// at each call site and nothing is formatted.
+pub fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(f) if !f.trim().is_empty() => EnvFilter::new(f),
+        _ => EnvFilter::new(match verbose {
+            0 => "off",
+            1 => "warn",
+            2 => "softroce=debug,warn",
+            _ => "softroce=trace,debug",
+        }),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(true)
+        .try_init();
+}

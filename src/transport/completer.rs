@@ -1,7 +1,7 @@
 //! The completer: handles responses (ACK, NAK, READ responses, atomic ACKs) and retires send
 //! work requests (kernel rxe's `rxe_comp.c`).
 //!
-//! [`Qp::completer_handle`] walks the same states as rxe's `rxe_completer()` — the names are
+//! `Qp::completer_handle` walks the same states as rxe's `rxe_completer()` — the names are
 //! kept so the two can be read side by side — for one response packet, or for a local ACK
 //! timeout.
 
@@ -227,6 +227,13 @@ impl Qp {
                         // treats 7 as infinite; only rnr_retry 7 is infinite in the spec).
                         self.comp.retry_cnt -= 1;
                         if self.req.psn.is_after(self.comp.psn) {
+                            tracing::debug!(
+                                qpn = self.qpn,
+                                from_psn = %self.comp.psn,
+                                cause = if timeout { "local ACK timeout" } else { "sequence NAK" },
+                                retries_left = self.comp.retry_cnt,
+                                "retransmitting"
+                            );
                             self.counters.completer_retry_err += 1;
                             self.req.need_retry = true;
                             self.comp.started_retry = true;
@@ -234,6 +241,12 @@ impl Qp {
                         CompSt::Done
                     } else {
                         self.counters.retry_exceeded_err += 1;
+                        tracing::warn!(
+                            qpn = self.qpn,
+                            psn = %self.comp.psn,
+                            retry_cnt = self.attr.retry_cnt,
+                            "retries exhausted: the peer acknowledged nothing (gone, or the path drops)"
+                        );
                         if let Some(w) = self.sq.front_mut() {
                             w.status = WcStatus::RetryExcErr;
                         }
@@ -247,12 +260,14 @@ impl Qp {
                             self.comp.rnr_retry -= 1;
                         }
                         self.req.wait_rnr = true;
+                        tracing::debug!(qpn = self.qpn, rnr_retries_left = self.comp.rnr_retry, "RNR wait");
                         self.rnr_at = Some(now + std::time::Duration::from_nanos(rnr_timer_ns(timer)));
                         // The RNR wait replaces the ACK timeout until the retry is sent.
                         self.stop_retransmit();
                         CompSt::Exit
                     } else {
                         self.counters.retry_rnr_exceeded_err += 1;
+                        tracing::warn!(qpn = self.qpn, "RNR retries exhausted: the peer posted no receive");
                         if let Some(w) = self.sq.front_mut() {
                             w.status = WcStatus::RnrRetryExcErr;
                         }
@@ -357,10 +372,12 @@ impl Qp {
                 }
                 Some(Syndrome::RnrNak { timer }) => {
                     self.counters.rcvd_rnr_err += 1;
+                    tracing::debug!(qpn = self.qpn, psn = %p.bth().psn(), timer, "RNR NAK received");
                     CompSt::RnrRetry(timer)
                 }
                 Some(Syndrome::Nak(NakCode::PsnSequenceError)) => {
                     let psn = p.bth().psn();
+                    tracing::debug!(qpn = self.qpn, %psn, "sequence NAK received");
                     if psn.is_after(self.comp.psn) {
                         self.counters.rcvd_seq_err += 1;
                         self.comp.psn = psn;
@@ -372,6 +389,7 @@ impl Qp {
                     CompSt::ErrorRetry
                 }
                 Some(Syndrome::Nak(code)) => {
+                    tracing::warn!(qpn = self.qpn, psn = %p.bth().psn(), nak = ?code, "NAK received");
                     let status = match code {
                         NakCode::InvalidRequest => WcStatus::RemInvReqErr,
                         NakCode::RemoteAccessError => WcStatus::RemAccessErr,

@@ -820,6 +820,9 @@ impl Qp {
             S::Sqd => self.sq_drained_reported = false,
             _ => {}
         }
+        if from != to {
+            tracing::debug!(qpn = self.qpn, ?from, ?to, "QP state");
+        }
         self.state = to;
         Ok(())
     }
@@ -844,7 +847,10 @@ impl Qp {
         }
         self.state = QpState::Err;
         if fatal {
+            tracing::warn!(qpn = self.qpn, outstanding = self.sq.len(), "QP to ERR (fatal error)");
             self.events.push_back(QpEvent::Fatal);
+        } else {
+            tracing::debug!(qpn = self.qpn, outstanding = self.sq.len(), "QP to ERR");
         }
         self.retransmit_at = None;
         self.retransmit_postponed = false;
@@ -872,6 +878,16 @@ impl Qp {
             return;
         }
         let mut wc = WorkCompletion::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), Qpn::new(self.qpn));
+        if status != WcStatus::Success && status != WcStatus::WrFlushErr {
+            tracing::warn!(
+                qpn = self.qpn,
+                wr_id = w.wr.wr_id,
+                opcode = ?w.wr.op.wc_opcode(),
+                first_psn = %w.first_psn,
+                last_psn = %w.last_psn,
+                "error completion: {status}"
+            );
+        }
         if status == WcStatus::Success {
             wc.byte_len = w.len as u32;
             wc.imm_data = w.wr.op.imm();

@@ -1,6 +1,6 @@
 //! The requester: turns send work requests into request packets (kernel rxe's `rxe_req.c`).
 //!
-//! Each call of [`Qp::requester_transmit`] builds at most one packet, in the order rxe's
+//! Each call of `Qp::requester_transmit` builds at most one packet, in the order rxe's
 //! `rxe_requester()` makes its decisions: retry rewind, next WQE, SQ drain, fence, PSN window,
 //! opcode choice, READ/atomic credit, packet, PSN bookkeeping, retransmit timer.
 

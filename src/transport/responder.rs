@@ -1,9 +1,9 @@
 //! The responder: executes incoming requests and answers them (kernel rxe's `rxe_resp.c`).
 //!
-//! [`Qp::responder_handle`] takes one request packet through rxe's checks in rxe's order —
+//! `Qp::responder_handle` takes one request packet through rxe's checks in rxe's order —
 //! CHK_PSN, CHK_OP_SEQ, CHK_OP_VALID, CHK_RESOURCE, CHK_LENGTH, CHK_RKEY, EXECUTE, COMPLETE,
 //! ACKNOWLEDGE — and queues the response (ACK, NAK, READ response, atomic ACK), which
-//! [`Qp::responder_transmit`] turns into packets.
+//! `Qp::responder_transmit` turns into packets.
 //!
 //! Two deliberate differences from rxe 6.1, both what the IBTA and RDMA NICs do:
 //! - a SEND longer than the receive buffer completes the receive with `LOC_LEN_ERR` and is
@@ -197,6 +197,7 @@ impl Qp {
 
     /// A class C/A error: NAK, complete the receive WQE in progress with an error, QP to ERR.
     fn resp_fatal(&mut self, psn: Psn, f: Fatal) {
+        tracing::warn!(qpn = self.qpn, %psn, nak = ?f.nak, "NAK sent, QP to ERR");
         let msn = self.resp.msn;
         self.resp.push(Response::Ack { psn, syndrome: Syndrome::Nak(f.nak), msn }, &mut self.counters);
         self.counters.send_nak_err += 1;
@@ -228,6 +229,7 @@ impl Qp {
             } else {
                 self.resp.sent_psn_nak = true;
                 self.counters.out_of_seq_request += 1;
+                tracing::debug!(qpn = self.qpn, %psn, expected = %self.resp.psn, "sequence NAK sent (a gap)");
                 let (expected, msn) = (self.resp.psn, self.resp.msn);
                 self.resp.push(
                     Response::Ack { psn: expected, syndrome: Syndrome::Nak(NakCode::PsnSequenceError), msn },
@@ -287,6 +289,7 @@ impl Qp {
                 None => {
                     // RNR NAK: the PSN is not consumed; the retry is processed as new.
                     self.counters.send_rnr_err += 1;
+                    tracing::debug!(qpn = self.qpn, %psn, "RNR NAK sent: no receive WQE posted");
                     let msn = self.resp.msn;
                     let syndrome = Syndrome::RnrNak { timer: self.attr.min_rnr_timer };
                     self.resp.push(Response::Ack { psn, syndrome, msn }, &mut self.counters);

@@ -852,7 +852,8 @@ fn flush(backend: &mut dyn Backend, tx: &[u8], batch: &mut Option<Batch>, shared
             hop_limit: b.hop_limit,
             flow_label: b.flow_label,
         };
-        if backend.send(out).is_err() {
+        if let Err(e) = backend.send(out) {
+            tracing::debug!(dst = %b.dst, packets = b.count, error = %e, "send failed");
             shared.rx.send_err.fetch_add(b.count as u64, Ordering::Relaxed);
         }
     }

@@ -249,6 +249,13 @@ pub fn connect_retry(
     loop {
         match connect_tcp(host, port, ipv4_only, source) {
             Err(e) if e.kind() == ErrorKind::ConnectionRefused && start.elapsed() + pause <= retry => {
+                tracing::debug!(
+                    host,
+                    port,
+                    waited_ms = start.elapsed().as_millis() as u64,
+                    limit_ms = retry.as_millis() as u64,
+                    "connection refused (the server is not listening yet, or the address is wrong): retrying"
+                );
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(250));
             }

@@ -153,7 +153,11 @@ impl CmEndpoint {
 
     /// The next event for the user.
     pub fn poll_event(&mut self) -> Option<CmEvent> {
-        self.events.pop_front()
+        let ev = self.events.pop_front();
+        if let Some(ev) = &ev {
+            tracing::debug!(event = ?ev, "CM event");
+        }
+        ev
     }
 
     /// The earliest deadline: a retransmission or the end of a timewait.

@@ -42,7 +42,7 @@
 //! nftables `netdev egress`, which do apply: the socket does not bypass the qdisc).
 //!
 //! The destination MAC is the next hop's, from the kernel's routing and neighbour tables (see
-//! [`super::neigh`]). Packets to a neighbour that is not resolved yet are dropped and counted
+//! `neigh`). Packets to a neighbour that is not resolved yet are dropped and counted
 //! (`send_neigh_unresolved`) while the kernel resolves it; RC retransmission recovers them.
 
 use std::io;
