@@ -16,6 +16,12 @@
 //! The context is the one exception to "C struct first": its `ibv_context` sits at offset
 //! 320 inside the `verbs_context` (see [`crate::context`]).
 
+/// A fresh `handle` for a C object (the kernel's per-object handle; only uniqueness matters).
+pub fn next_handle() -> u32 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A C struct with its Rust object behind it.
 #[repr(C)]
 pub struct Obj<C, R> {
