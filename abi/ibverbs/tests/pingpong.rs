@@ -9,61 +9,9 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
-
-/// A fresh loopback address for this process and call (127.220-249.x.y, apart from the
-/// ranges the other test files use).
-fn addr() -> String {
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let k = std::process::id().wrapping_mul(64).wrapping_add(n);
-    format!("127.{}.{}.{}", 220 + (k / (254 * 256)) % 30, (k / 254) % 256, k % 254 + 1)
-}
-
-/// A TCP port free right now (the server binds it a moment later).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// True once some socket listens on TCP `port` (read from /proc/net/tcp{,6}, without
-/// connecting: a probe connection would be taken for the peer).
-fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).unwrap_or_default().lines().skip(1).any(|l| {
-            let cols: Vec<&str> = l.split_whitespace().collect();
-            cols.len() > 3 && format!("{} ", &cols[1][cols[1].len() - 5..]) == want && cols[3] == "0A"
-        })
-    })
-}
-
-fn spawn(dir: &std::path::Path, prog: &str, dev: &str, args: &[&str], server: Option<&str>) -> Child {
-    let mut c = Command::new(prog);
-    c.args(["-d", "softroce0", "-g", "1"]).args(args);
-    if let Some(s) = server {
-        c.arg(s);
-    }
-    c.env("LD_LIBRARY_PATH", dir)
-        .env("SOFTROCE_DEVICES", dev)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn")
-}
-
-/// Waits for `c` at most `limit`, killing it past that; its output and whether it succeeded.
-fn finish(mut c: Child, limit: Duration) -> (bool, String) {
-    let t = Instant::now();
-    while c.try_wait().unwrap().is_none() && t.elapsed() < limit {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = c.kill();
-    let o = c.wait_with_output().unwrap();
-    (o.status.success(), text(&o))
-}
 
 /// Runs `prog` as server and client with `args`; both must succeed and report `iters`
 /// exchanges.
@@ -72,20 +20,9 @@ fn pingpong(test: &str, prog: &str, args: &[&str], iters: &str) {
     if !require(test, &[SYSTEM_LIB, &path], "ibverbs-utils") {
         return;
     }
-    let dir = lib_dir(test);
-    let port = free_port().to_string();
-    let mut all: Vec<&str> = vec!["-p", &port];
+    let mut all = vec!["-g", "1"];
     all.extend_from_slice(args);
-    let server = spawn(&dir, prog, &addr(), &all, None);
-    let t = Instant::now();
-    while !listening(port.parse().unwrap()) && t.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let client = spawn(&dir, prog, &addr(), &all, Some("127.0.0.1"));
-    let (cok, cout) = finish(client, Duration::from_secs(60));
-    let (sok, sout) = finish(server, Duration::from_secs(10));
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(cok && sok, "{prog} {args:?}\n--- server:\n{sout}\n--- client:\n{cout}");
+    let (sout, cout) = run_pair(test, prog, &all, "-p", Duration::from_secs(60));
     for out in [&sout, &cout] {
         assert!(out.contains(&format!("{iters} iters in")), "{prog}: {out}");
         assert!(!out.contains("Failed"), "{prog}: {out}");
