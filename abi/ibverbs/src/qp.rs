@@ -91,7 +91,12 @@ pub(crate) fn create(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> Result<*mut i
         sq_sig_all: a.sq_sig_all != 0,
         srq: srq.map(|s| &s.rust.srq),
     };
-    let qp = p.rust.pd.create_qp(&init).map_err(|e| errno_of(&e))?;
+    // Capacities above the device's are EINVAL (rxe's rxe_qp_chk_cap); the QP count limit
+    // stays ENOMEM.
+    let qp = p.rust.pd.create_qp(&init).map_err(|e| match e {
+        Error::Limit { what, .. } if what != "max_qp" => libc::EINVAL,
+        e => errno_of(&e),
+    })?;
     let out_cap = ibv_qp_cap {
         max_send_wr: cap.max_send_wr,
         max_recv_wr: cap.max_recv_wr,
