@@ -35,6 +35,9 @@ pub struct Cq {
     comp_events: AtomicU32,
     /// Asynchronous events posted for this CQ.
     pub async_events: AtomicU32,
+    /// The completion `start_poll`/`next_poll` made current (the `ibv_wc_read_*` readers'
+    /// source). The caller serialises a CQ's extended polling, so the lock is uncontended.
+    cur: parking_lot::Mutex<WorkCompletion>,
 }
 
 /// The Rust side of a completion channel: its epoll descriptor.
@@ -120,8 +123,26 @@ pub(crate) fn create(
     cx.cq_context = cq_context;
     cx.handle = crate::object::next_handle();
     cx.cqe = cq.cqe() as c_int;
-    let p =
-        Obj::into_c(cx, CQ_MAGIC, Cq { cq, comp_events: AtomicU32::new(0), async_events: AtomicU32::new(0) });
+    cx.start_poll = Some(start_poll);
+    cx.next_poll = Some(next_poll);
+    cx.end_poll = Some(end_poll);
+    cx.read_opcode = Some(read_opcode);
+    cx.read_vendor_err = Some(read_vendor_err);
+    cx.read_byte_len = Some(read_byte_len);
+    cx.read_imm_data = Some(read_imm_data);
+    cx.read_qp_num = Some(read_qp_num);
+    cx.read_src_qp = Some(read_src_qp);
+    cx.read_wc_flags = Some(read_wc_flags);
+    cx.read_slid = Some(read_slid);
+    cx.read_sl = Some(read_sl);
+    cx.read_dlid_path_bits = Some(read_dlid_path_bits);
+    let rust = Cq {
+        cq,
+        comp_events: AtomicU32::new(0),
+        async_events: AtomicU32::new(0),
+        cur: parking_lot::Mutex::new(WorkCompletion::default()),
+    };
+    let p = Obj::into_c(cx, CQ_MAGIC, rust);
     // SAFETY: p is a fresh, boxed (pinned) CQ; the pthread objects are initialised in place.
     unsafe {
         libc::pthread_mutex_init(&raw mut (*p).mutex, std::ptr::null());
@@ -409,4 +430,121 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited_only: c_int) 
             None => libc::EINVAL,
         }
     })
+}
+
+const IBV_WC_STANDARD_FLAGS: u64 = 0x7f;
+const IBV_CQ_INIT_ATTR_MASK_FLAGS: u32 = 1;
+const IBV_CQ_INIT_ATTR_MASK_PD: u32 = 2;
+const IBV_CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1;
+const IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: u32 = 2;
+
+/// `verbs_context.create_cq_ex` (`ibv_create_cq_ex`): the standard completion fields
+/// (`IBV_WC_STANDARD_FLAGS`) can be read; timestamps, CVLAN, flow tag and tag matching are
+/// `EOPNOTSUPP` (a device without them), a parent domain too. NULL + errno.
+pub unsafe extern "C" fn create_cq_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    ptr_or_errno(|| {
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: per the caller.
+        let a = unsafe { *attr };
+        if a.wc_flags & !IBV_WC_STANDARD_FLAGS != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 && !a.parent_domain.is_null() {
+            return Err(libc::EOPNOTSUPP);
+        }
+        if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
+            && a.flags & !(IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN) != 0
+        {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let cqe = c_int::try_from(a.cqe).map_err(|_| libc::EINVAL)?;
+        let p = create(ctx, cqe, a.cq_context, a.channel, a.comp_vector as c_int)?;
+        // SAFETY: p is the fresh CQ.
+        unsafe { (*p).comp_mask = 0 };
+        Ok(p)
+    })
+}
+
+/// The CQ behind an `ibv_cq_ex *` a slot received.
+fn cqx<'a>(cq: *mut ibv_cq_ex) -> Option<&'a Obj<ibv_cq_ex, Cq>> {
+    // SAFETY: the slot is called by the header inline with the application's CQ.
+    unsafe { Obj::from_c(cq, CQ_MAGIC) }
+}
+
+/// Makes the next completion current: 0, `ENOENT` when there is none, `EOVERFLOW` after an
+/// overflow.
+fn advance(cq: *mut ibv_cq_ex) -> c_int {
+    guard(libc::EIO, || {
+        let Some(o) = cqx(cq) else { return libc::EINVAL };
+        match o.rust.cq.poll_one() {
+            Ok(Some(w)) => {
+                if w.status != softroce::verbs::WcStatus::Success {
+                    crate::events::drain_ctx(o.c.context);
+                }
+                // SAFETY: the application's CQ: the inline readers read status and wr_id here.
+                unsafe {
+                    (*cq).status = w.status.code();
+                    (*cq).wr_id = w.wr_id;
+                }
+                *o.rust.cur.lock() = w;
+                0
+            }
+            Ok(None) => {
+                std::thread::yield_now();
+                libc::ENOENT
+            }
+            Err(_) => libc::EOVERFLOW,
+        }
+    })
+}
+
+unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, _attr: *mut ibv_poll_cq_attr) -> c_int {
+    advance(cq)
+}
+
+unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
+    advance(cq)
+}
+
+unsafe extern "C" fn end_poll(_cq: *mut ibv_cq_ex) {}
+
+/// A reader of the current completion (`dflt` for a CQ that is not ours).
+fn read<T: Copy>(cq: *mut ibv_cq_ex, f: impl FnOnce(&WorkCompletion) -> T, dflt: T) -> T {
+    guard(dflt, || cqx(cq).map_or(dflt, |o| f(&o.rust.cur.lock())))
+}
+
+unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| wc_opcode(w.opcode), 0)
+}
+unsafe extern "C" fn read_vendor_err(_cq: *mut ibv_cq_ex) -> u32 {
+    0
+}
+unsafe extern "C" fn read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| w.byte_len, 0)
+}
+unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| to_ibv_wc(w).imm_data, 0)
+}
+unsafe extern "C" fn read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| w.qp_num.value(), 0)
+}
+unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| w.src_qp.value(), 0)
+}
+unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> libc::c_uint {
+    read(cq, wc_flags, 0)
+}
+unsafe extern "C" fn read_slid(_cq: *mut ibv_cq_ex) -> u32 {
+    0
+}
+unsafe extern "C" fn read_sl(_cq: *mut ibv_cq_ex) -> u8 {
+    0
+}
+unsafe extern "C" fn read_dlid_path_bits(_cq: *mut ibv_cq_ex) -> u8 {
+    0
 }

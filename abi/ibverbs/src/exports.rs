@@ -160,7 +160,7 @@ exports! {
     default "ibv_query_qp"                       "IBVERBS_1.1"          => qp::ibv_query_qp;
     default "ibv_modify_qp"                      "IBVERBS_1.1"          => qp::ibv_modify_qp;
     default "ibv_destroy_qp"                     "IBVERBS_1.1"          => qp::ibv_destroy_qp;
-    default "ibv_qp_to_qp_ex"                    "IBVERBS_1.6"          => stubs::ibv_qp_to_qp_ex;
+    default "ibv_qp_to_qp_ex"                    "IBVERBS_1.6"          => qp::ibv_qp_to_qp_ex;
     default "ibv_query_qp_data_in_order"         "IBVERBS_1.14"         => stubs::ibv_query_qp_data_in_order;
     default "ibv_query_ece"                      "IBVERBS_1.10"         => stubs::ibv_query_ece;
     default "ibv_set_ece"                        "IBVERBS_1.10"         => stubs::ibv_set_ece;

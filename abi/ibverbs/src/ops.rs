@@ -26,6 +26,8 @@ use crate::util::set_errno;
 pub fn fill(v: &mut verbs_context) {
     v.query_port = Some(crate::device::query_port);
     v.query_device_ex = Some(crate::device::query_device_ex);
+    v.create_cq_ex = Some(crate::cq::create_cq_ex);
+    v.create_qp_ex = Some(crate::qp::create_qp_ex);
     let ops = &mut v.context.ops;
     ops._compat_query_device = Some(crate::device::ibv_query_device);
     ops._compat_query_port = Some(crate::device::ibv_query_port);

@@ -6,7 +6,8 @@
 //! into a softroce [`SendWr`]/[`RecvWr`] and posted through the Rust API, which checks it
 //! (keys, PD, bounds, queue depth) exactly as for Rust callers.
 
-use libc::c_int;
+use libc::{c_int, c_void, size_t};
+use parking_lot::Mutex;
 use softroce::transport::PostError;
 use softroce::verbs::Lkey;
 use softroce::verbs::{
@@ -28,6 +29,16 @@ pub struct Qp {
     pub qp: QueuePair,
     sq_sig_all: bool,
     cap: ibv_qp_cap,
+    /// The work requests built since `wr_start` (the new post API).
+    batch: Mutex<Batch>,
+}
+
+/// What `ibv_wr_*` calls have built since `wr_start`.
+#[derive(Default)]
+struct Batch {
+    wrs: Vec<SendWr>,
+    /// The first error met while building (returned by `wr_complete`).
+    err: Option<Errno>,
 }
 
 /// A QP of ours behind `p`, or `None`.
@@ -62,7 +73,16 @@ fn ibv_qp_type(t: QpType) -> u32 {
 }
 
 /// Makes a QP from the fields of `ibv_qp_init_attr(_ex)` common to both.
-pub(crate) fn create(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> Result<*mut ibv_qp_ex, Errno> {
+pub(crate) fn create(
+    pd: *mut ibv_pd,
+    a: &mut ibv_qp_init_attr,
+    send_ops: Option<u64>,
+) -> Result<*mut ibv_qp_ex, Errno> {
+    if let Some(ops) = send_ops
+        && ops & !SUPPORTED_SEND_OPS != 0
+    {
+        return Err(libc::EOPNOTSUPP);
+    }
     // SAFETY: the caller passes a PD (or NULL).
     let p = unsafe { pd_of(pd) }.ok_or(libc::EINVAL)?;
     let qp_type = qp_type_of(a.qp_type)?;
@@ -119,7 +139,26 @@ pub(crate) fn create(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> Result<*mut i
     b.qp_num = qp.qp_num().value();
     b.state = 0;
     b.qp_type = a.qp_type;
-    let o = Obj::into_c(c, QP_MAGIC, Qp { qp, sq_sig_all: a.sq_sig_all != 0, cap: out_cap });
+    if send_ops.is_some() {
+        c.wr_start = Some(wr_start);
+        c.wr_complete = Some(wr_complete);
+        c.wr_abort = Some(wr_abort);
+        c.wr_send = Some(wr_send);
+        c.wr_send_imm = Some(wr_send_imm);
+        c.wr_send_inv = Some(wr_send_inv);
+        c.wr_rdma_write = Some(wr_rdma_write);
+        c.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+        c.wr_rdma_read = Some(wr_rdma_read);
+        c.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+        c.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+        c.wr_set_sge = Some(wr_set_sge);
+        c.wr_set_sge_list = Some(wr_set_sge_list);
+        c.wr_set_inline_data = Some(wr_set_inline_data);
+        c.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+        c.wr_set_ud_addr = Some(wr_set_ud_addr);
+    }
+    let rust = Qp { qp, sq_sig_all: a.sq_sig_all != 0, cap: out_cap, batch: Mutex::new(Batch::default()) };
+    let o = Obj::into_c(c, QP_MAGIC, rust);
     // SAFETY: o is a fresh, boxed (pinned) QP; its pthread objects are initialised in place.
     unsafe {
         libc::pthread_mutex_init(&raw mut (*o).qp_base.mutex, std::ptr::null());
@@ -142,7 +181,7 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
         }
         // SAFETY: per the caller.
         let a = unsafe { &mut *attr };
-        create(pd, a).map(|p| p.cast::<ibv_qp>())
+        create(pd, a, None).map(|p| p.cast::<ibv_qp>())
     })
 }
 
@@ -586,4 +625,214 @@ pub unsafe extern "C" fn post_recv(
         unsafe { *bad = cur };
     }
     r
+}
+
+/// The `send_ops_flags` softroce offers: WRITE (with immediate), SEND (with immediate, with
+/// invalidate), READ, both atomics. LOCAL_INV and BIND_MW wait for memory windows; TSO is
+/// for raw packet QPs.
+const SUPPORTED_SEND_OPS: u64 = 0x7f | 0x200;
+
+const IBV_QP_INIT_ATTR_PD: u32 = 1;
+const IBV_QP_INIT_ATTR_CREATE_FLAGS: u32 = 4;
+const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 64;
+
+/// `verbs_context.create_qp_ex` (`ibv_create_qp_ex`): a PD is required (`EINVAL`); with
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` the QP gets the new post API (`ibv_qp_to_qp_ex`,
+/// `ibv_wr_*`). XRC domains, RSS tables, TSO and creation flags are `EOPNOTSUPP`.
+pub unsafe extern "C" fn create_qp_ex(_ctx: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
+    ptr_or_errno(|| {
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: per the caller.
+        let x = unsafe { &mut *attr };
+        if x.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+            return Err(libc::EINVAL);
+        }
+        let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        if x.comp_mask & !known != 0
+            || (x.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && x.create_flags != 0)
+        {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let mut a = ibv_qp_init_attr {
+            qp_context: x.qp_context,
+            send_cq: x.send_cq,
+            recv_cq: x.recv_cq,
+            srq: x.srq,
+            cap: x.cap,
+            qp_type: x.qp_type,
+            sq_sig_all: x.sq_sig_all,
+        };
+        let ops = (x.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(x.send_ops_flags);
+        let p = create(x.pd, &mut a, ops)?;
+        x.cap = a.cap;
+        Ok(p.cast::<ibv_qp>())
+    })
+}
+
+/// `ibv_qp_to_qp_ex`: the QP's extended form if it was created with send ops (the new post
+/// API), else NULL.
+///
+/// # Safety
+/// `qp` is NULL or a QP of ours.
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: per the caller.
+        match unsafe { qp_of(qp) } {
+            Some(o) if o.c.wr_start.is_some() => qp.cast(),
+            _ => std::ptr::null_mut(),
+        }
+    })
+}
+
+/// Runs `f` on the QP and its batch (nothing for a QP that is not ours).
+fn with_batch(qpx: *mut ibv_qp_ex, f: impl FnOnce(&Obj<ibv_qp_ex, Qp>, &mut Batch)) {
+    guard((), || {
+        // SAFETY: the slot is called by the header inline with the application's QP.
+        if let Some(o) = unsafe { Obj::<ibv_qp_ex, Qp>::from_c(qpx, QP_MAGIC) } {
+            f(o, &mut o.rust.batch.lock());
+        }
+    })
+}
+
+/// Starts a new work request with `op`, from the QP's `wr_id` and `wr_flags`.
+fn push(qpx: *mut ibv_qp_ex, op: SendOp) {
+    with_batch(qpx, |o, b| {
+        let flags = o.c.wr_flags;
+        b.wrs.push(SendWr {
+            wr_id: o.c.wr_id,
+            op,
+            payload: Payload::Sges(Default::default()),
+            signaled: flags & IBV_SEND_SIGNALED != 0,
+            fence: flags & IBV_SEND_FENCE != 0,
+            solicited: flags & IBV_SEND_SOLICITED != 0,
+            ud: None,
+        });
+    })
+}
+
+/// Edits the last work request (an error if there is none).
+fn last(qpx: *mut ibv_qp_ex, f: impl FnOnce(&Obj<ibv_qp_ex, Qp>, &mut SendWr) -> Result<(), Errno>) {
+    with_batch(qpx, |o, b| {
+        let r = match b.wrs.last_mut() {
+            Some(w) => f(o, w),
+            None => Err(libc::EINVAL),
+        };
+        if let Err(e) = r {
+            b.err.get_or_insert(e);
+        }
+    })
+}
+
+unsafe extern "C" fn wr_start(qpx: *mut ibv_qp_ex) {
+    with_batch(qpx, |_, b| *b = Batch::default());
+}
+
+unsafe extern "C" fn wr_abort(qpx: *mut ibv_qp_ex) {
+    with_batch(qpx, |_, b| *b = Batch::default());
+}
+
+/// `wr_complete`: posts what was built, in order; 0 or the first errno (of building or
+/// posting). Unlike a hardware doorbell this is not all-or-nothing: requests before the
+/// failing one are posted.
+unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
+    let mut r = 0;
+    with_batch(qpx, |o, b| {
+        let batch = std::mem::take(b);
+        if let Some(e) = batch.err {
+            r = e;
+            return;
+        }
+        for w in batch.wrs {
+            if let Err(e) = o.rust.qp.post_send(w) {
+                r = post_errno(&e);
+                return;
+            }
+        }
+    });
+    r
+}
+
+fn remote(rkey: u32, addr: u64) -> RemoteAddr {
+    RemoteAddr { addr, rkey: Rkey::new(rkey) }
+}
+
+unsafe extern "C" fn wr_send(qpx: *mut ibv_qp_ex) {
+    push(qpx, SendOp::Send);
+}
+unsafe extern "C" fn wr_send_imm(qpx: *mut ibv_qp_ex, imm: u32) {
+    push(qpx, SendOp::SendWithImm(u32::from_be(imm)));
+}
+unsafe extern "C" fn wr_send_inv(qpx: *mut ibv_qp_ex, rkey: u32) {
+    push(qpx, SendOp::SendWithInv(Rkey::new(rkey)));
+}
+unsafe extern "C" fn wr_rdma_write(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+    push(qpx, SendOp::RdmaWrite(remote(rkey, addr)));
+}
+unsafe extern "C" fn wr_rdma_write_imm(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64, imm: u32) {
+    push(qpx, SendOp::RdmaWriteWithImm(remote(rkey, addr), u32::from_be(imm)));
+}
+unsafe extern "C" fn wr_rdma_read(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+    push(qpx, SendOp::RdmaRead(remote(rkey, addr)));
+}
+unsafe extern "C" fn wr_atomic_cmp_swp(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64, compare: u64, swap: u64) {
+    push(qpx, SendOp::CompareSwap { remote: remote(rkey, addr), compare, swap });
+}
+unsafe extern "C" fn wr_atomic_fetch_add(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64, add: u64) {
+    push(qpx, SendOp::FetchAdd { remote: remote(rkey, addr), add });
+}
+
+unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    last(qpx, |_, w| {
+        w.payload = Payload::Sges([Sge { addr, length, lkey: Lkey::new(lkey) }].as_slice().into());
+        Ok(())
+    });
+}
+
+unsafe extern "C" fn wr_set_sge_list(qpx: *mut ibv_qp_ex, n: size_t, list: *const ibv_sge) {
+    last(qpx, |_, w| {
+        let n = c_int::try_from(n).map_err(|_| libc::EINVAL)?;
+        // SAFETY: the application's SGE array of n entries.
+        let sg = unsafe { sges(list, n) }?;
+        w.payload = Payload::Sges(sg.as_slice().into());
+        Ok(())
+    });
+}
+
+unsafe extern "C" fn wr_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, length: size_t) {
+    last(qpx, |o, w| {
+        let len = u32::try_from(length).map_err(|_| libc::EINVAL)?;
+        let sg = [Sge { addr: addr as u64, length: len, lkey: Lkey::new(0) }];
+        // SAFETY: the application's inline buffer.
+        w.payload = Payload::Inline(unsafe { inline_bytes(&sg, o.rust.cap.max_inline_data) }?);
+        Ok(())
+    });
+}
+
+unsafe extern "C" fn wr_set_inline_data_list(qpx: *mut ibv_qp_ex, n: size_t, bufs: *const ibv_data_buf) {
+    last(qpx, |o, w| {
+        if n > 0 && bufs.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let mut sg = Vec::with_capacity(n);
+        for i in 0..n {
+            // SAFETY: the application's array of n buffers.
+            let b = unsafe { bufs.add(i).read() };
+            let len = u32::try_from(b.length).map_err(|_| libc::EINVAL)?;
+            sg.push(Sge { addr: b.addr as u64, length: len, lkey: Lkey::new(0) });
+        }
+        // SAFETY: the application's inline buffers.
+        w.payload = Payload::Inline(unsafe { inline_bytes(&sg, o.rust.cap.max_inline_data) }?);
+        Ok(())
+    });
+}
+
+unsafe extern "C" fn wr_set_ud_addr(qpx: *mut ibv_qp_ex, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) {
+    last(qpx, |_, w| {
+        // SAFETY: the application's AH.
+        let ah = unsafe { crate::ah::ah_of(ah) }.ok_or(libc::EINVAL)?;
+        w.ud = Some(ah.rust.ah.dest(Qpn::new(remote_qpn & 0xff_ffff), Qkey::new(remote_qkey)));
+        Ok(())
+    });
 }

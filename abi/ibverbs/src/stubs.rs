@@ -41,10 +41,6 @@ pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
 ) -> *mut ibv_mr {
     null()
 }
-/// `ibv_qp_to_qp_ex`: NULL (the real one sets no errno: "not created through the ex path").
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut ibv_qp_ex {
-    std::ptr::null_mut()
-}
 /// `ibv_query_qp_data_in_order`: 0, "no ordering guarantee" (what the real library says when
 /// the provider cannot tell).
 pub unsafe extern "C" fn ibv_query_qp_data_in_order(_qp: *mut ibv_qp, _op: c_int, _flags: u32) -> c_int {

@@ -40,6 +40,18 @@ fn debian_rc_pingpong_events() {
 }
 
 #[test]
+fn debian_rc_pingpong_new_post_api() {
+    // -N: ibv_create_qp_ex with send ops, ibv_qp_to_qp_ex, ibv_wr_start/wr_send/set_sge/complete.
+    pingpong("debian_rc_pingpong_new_post", "ibv_rc_pingpong", &["-n", "300", "-N", "-c"], "300");
+    pingpong(
+        "debian_rc_pingpong_new_post_events",
+        "ibv_rc_pingpong",
+        &["-n", "200", "-N", "-e", "-c"],
+        "200",
+    );
+}
+
+#[test]
 fn debian_rc_pingpong_sizes() {
     // One byte; several MTU-sized packets per message with a small MTU.
     pingpong("debian_rc_pingpong_1b", "ibv_rc_pingpong", &["-n", "200", "-s", "1", "-c"], "200");
