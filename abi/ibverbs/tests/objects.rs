@@ -4,7 +4,9 @@
 //! immediate while the main thread polls (every message exactly once, in order), an event
 //! thread blocked in `ibv_get_cq_event`, completion channel semantics (pollable fd,
 //! `O_NONBLOCK`/`EAGAIN`, one event per arm, `EBUSY` while used), RDMA WRITE with an rkey,
-//! `pthread_cancel` of a thread blocked in `ibv_get_cq_event`, and the errno of bad input.
+//! `pthread_cancel` of a thread blocked in `ibv_get_cq_event`, the extended CQ
+//! (`ibv_start_poll` and the readers) with the new post API (`ibv_wr_*`), and the errno of bad
+//! input.
 
 mod common;
 
@@ -59,6 +61,12 @@ fn object_verbs_from_c() {
     assert_eq!(line(&out, "channel_poll_ready"), "1");
     assert_eq!(line(&out, "cq_event_once"), "0 -1 cq_ok 1", "one event per arm");
     assert_eq!(line(&out, "rdma_write"), "1 status 0 opcode 1 data_ok 1");
+    assert_eq!(line(&out, "cq_ex_timestamp"), format!("0 errno {}", libc::EOPNOTSUPP));
+    assert_eq!(line(&out, "qp_ex"), "1 1 1 to_qp_ex_plain_null 1");
+    assert_eq!(line(&out, "connect_ex"), "0 0");
+    assert_eq!(line(&out, "wr_complete"), "0");
+    assert_eq!(line(&out, "poll_ex"), "seen 2 send_ok 1 recv_ok 1");
+    assert_eq!(line(&out, "destroy_ex"), "0 0 0 0");
     assert_eq!(line(&out, "cancelled"), "1 cleanup_ran 1");
     assert_eq!(line(&out, "destroy"), "0 0 0 0 0 0 0 0 0");
     let _ = std::fs::remove_dir_all(&dir);

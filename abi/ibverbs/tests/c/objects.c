@@ -271,6 +271,52 @@ int main(int argc, char **argv)
 	printf("rdma_write %d status %d opcode %d data_ok %d\n", got, wc[0].status, wc[0].opcode,
 	       ((unsigned char *)bufa)[8 * SZ + SZ - 1] == 0x5a);
 
+	/* The extended CQ and the new post API. */
+	struct ibv_cq_init_attr_ex cxa = { .cqe = 64, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
+	errno = 0;
+	{ int ok_ = ibv_create_cq_ex(ctx, &cxa) != NULL; printf("cq_ex_timestamp %d errno %d\n", ok_, errno); }
+	cxa.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM;
+	struct ibv_cq_ex *cqx = ibv_create_cq_ex(ctx, &cxa);
+	struct ibv_qp_init_attr_ex xa = { .send_cq = ibv_cq_ex_to_cq(cqx), .recv_cq = ibv_cq_ex_to_cq(cqx),
+					  .qp_type = IBV_QPT_RC, .pd = pd,
+					  .cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 },
+					  .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+					  .send_ops_flags = IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_WRITE };
+	struct ibv_qp *x1 = ibv_create_qp_ex(ctx, &xa);
+	struct ibv_qp *x2 = ibv_create_qp_ex(ctx, &xa);
+	printf("qp_ex %d %d %d to_qp_ex_plain_null %d\n", cqx != NULL, x1 != NULL, x2 != NULL, ibv_qp_to_qp_ex(qa) == NULL);
+	printf("connect_ex %d %d\n", to_rts(x1, x2->qp_num, &gid), to_rts(x2, x1->qp_num, &gid));
+	struct ibv_sge rs = { .addr = (uintptr_t)bufb, .length = SZ, .lkey = mrb->lkey };
+	struct ibv_recv_wr rw2 = { .wr_id = 88, .sg_list = &rs, .num_sge = 1 }, *badr2;
+	ibv_post_recv(x2, &rw2, &badr2);
+	struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(x1);
+	ibv_wr_start(qx);
+	qx->wr_id = 77;
+	qx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send_imm(qx, htobe32(0x1234));
+	ibv_wr_set_sge(qx, mra->lkey, (uintptr_t)bufa, 48);
+	printf("wr_complete %d\n", ibv_wr_complete(qx));
+	int seen = 0, send_ok = 0, recv_ok = 0;
+	struct ibv_poll_cq_attr pa = { 0 };
+	for (int t = 0; t < 5000000 && seen < 2; t++) {
+		if (ibv_start_poll(cqx, &pa))
+			continue;
+		do {
+			seen++;
+			if (cqx->wr_id == 77 && cqx->status == IBV_WC_SUCCESS && ibv_wc_read_opcode(cqx) == IBV_WC_SEND)
+				send_ok = 1;
+			if (cqx->wr_id == 88 && cqx->status == IBV_WC_SUCCESS && ibv_wc_read_opcode(cqx) == IBV_WC_RECV &&
+			    ibv_wc_read_byte_len(cqx) == 48 && be32toh(ibv_wc_read_imm_data(cqx)) == 0x1234 &&
+			    (ibv_wc_read_wc_flags(cqx) & IBV_WC_WITH_IMM) && ibv_wc_read_qp_num(cqx) == x2->qp_num)
+				recv_ok = 1;
+		} while (ibv_next_poll(cqx) == 0);
+		ibv_end_poll(cqx);
+	}
+	printf("poll_ex seen %d send_ok %d recv_ok %d\n", seen, send_ok, recv_ok);
+	printf("destroy_ex %d %d", ibv_destroy_qp(x1), 0);
+	printf(" %d", ibv_destroy_qp(x2));
+	printf(" %d\n", ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)));
+
 	/* Cancel a thread blocked in ibv_get_cq_event (made blocking again). */
 	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) & ~O_NONBLOCK);
 	pthread_t bt;
