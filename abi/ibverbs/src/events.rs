@@ -2,7 +2,10 @@
 //! name QP and SRQ numbers) turned into records on the owning context's `async_fd`.
 //!
 //! A table maps (device, QPN) and (device, SRQN) to the C object and its context, and counts
-//! the events delivered for each (destroy waits until the application acknowledged as many).
+//! the events the application has *read* for each with `ibv_get_async_event` (destroy waits
+//! until it acknowledged as many, as the kernel's `events_reported`). An event still unread
+//! when its object is destroyed is dropped when it reaches the front of the pipe (the kernel
+//! removes it from the event file): `ibv_get_async_event` never hands out a destroyed object.
 //! The engine queues events without a wake-up, so they are drained at the library's own
 //! progress points: a `poll_cq` that returns an error completion, `ibv_modify_qp`, and
 //! `ibv_get_async_event` before it blocks. An event raised while nothing calls the library
@@ -89,25 +92,14 @@ pub fn drain(ctx: *mut ibv_context, dev: &Device) {
                 // CQ overflow: poll_cq reports it to the application directly.
                 AsyncEvent::CqError { .. } => (None, 0),
             };
-            e.map(|e| {
-                e.reported += 1;
-                (e.obj, e.ctx, ty)
-            })
+            e.map(|e| (e.obj, e.ctx, ty))
         });
         if let Some((obj, c, ty)) = target {
             // SAFETY: the entry's context is live while the object is (objects are destroyed
             // before their context).
             if let Some(c) = unsafe { Context::from_ibv(c as *const ibv_context) } {
-                if !c.post_async_event(obj as u64, ty) {
-                    // Dropped (the application let the pipe fill): nobody will acknowledge it.
-                    with(|t| {
-                        for m in [&mut t.qps, &mut t.srqs] {
-                            if let Some(e) = m.values_mut().find(|e| e.obj == obj) {
-                                e.reported -= 1;
-                            }
-                        }
-                    });
-                }
+                // A full pipe (4096 unread events) drops it; Context counts the drops.
+                c.post_async_event(obj as u64, ty);
             }
         }
     }
@@ -121,4 +113,34 @@ pub fn drain_ctx(ctx: *mut ibv_context) {
     {
         drain(ctx, &dev);
     }
+}
+
+/// `ibv_get_async_event` read a record naming `obj` with `event_type`: true if it is to be
+/// handed out (counting it for the object's destroy), false if its object is gone.
+pub fn take(obj: u64, event_type: u32) -> bool {
+    let qp = matches!(
+        event_type,
+        IBV_EVENT_QP_FATAL
+            | IBV_EVENT_QP_REQ_ERR
+            | IBV_EVENT_QP_ACCESS_ERR
+            | IBV_EVENT_COMM_EST
+            | IBV_EVENT_SQ_DRAINED
+            | IBV_EVENT_PATH_MIG
+            | IBV_EVENT_PATH_MIG_ERR
+            | IBV_EVENT_QP_LAST_WQE_REACHED
+    );
+    let srq = matches!(event_type, IBV_EVENT_SRQ_ERR | IBV_EVENT_SRQ_LIMIT_REACHED);
+    if !qp && !srq {
+        return true;
+    }
+    with(|t| {
+        let m = if qp { &mut t.qps } else { &mut t.srqs };
+        match m.values_mut().find(|e| e.obj as u64 == obj) {
+            Some(e) => {
+                e.reported += 1;
+                true
+            }
+            None => false,
+        }
+    })
 }
