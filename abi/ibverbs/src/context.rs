@@ -221,7 +221,8 @@ pub unsafe extern "C-unwind" fn ibv_get_async_event(
         return -1;
     }
     // Engine events queued since the last progress point.
-    guard((), || crate::events::drain_ctx(ctx));
+    // SAFETY: the caller's context.
+    guard((), || unsafe { crate::events::drain_ctx(ctx) });
     let mut rec = [0u8; 16];
     loop {
         // SAFETY: the caller's context is readable; reading into our 16-byte buffer.

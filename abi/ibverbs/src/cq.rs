@@ -103,7 +103,7 @@ pub(crate) fn create(
     // SAFETY: the caller passes a context (or NULL).
     let c = unsafe { Context::from_ibv(ctx) }.ok_or(libc::EINVAL)?;
     let max = c.rt.info.attr.max_cqe;
-    if cqe < 1 || cqe as u64 > max as u64 || comp_vector < 0 || comp_vector >= 1 {
+    if cqe < 1 || cqe as u64 > max as u64 || comp_vector != 0 {
         return Err(libc::EINVAL);
     }
     let chan = if channel.is_null() {
@@ -381,6 +381,10 @@ pub fn to_ibv_wc(wc: &WorkCompletion) -> ibv_wc {
 
 /// `ops.poll_cq` (`ibv_poll_cq`): up to `n` completions into `wc`; the count, or a negative
 /// value (`-EINVAL` for a CQ not ours or a bad array, `-EOVERFLOW` once the CQ overflowed).
+///
+/// # Safety
+/// Called through the header inline with the application's object and arrays, as the C
+/// contract says (NULL or foreign objects are refused).
 pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
     guard(-libc::EIO, || {
         // SAFETY: the inline passes the application's CQ.
@@ -395,7 +399,8 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
             match o.rust.cq.poll_one() {
                 Ok(Some(w)) => {
                     if w.status != softroce::verbs::WcStatus::Success {
-                        crate::events::drain_ctx(o.c.context);
+                        // SAFETY: the context of one of our live objects (or the caller's).
+                        unsafe { crate::events::drain_ctx(o.c.context) };
                     }
                     // SAFETY: the caller's array has room for n entries.
                     unsafe { wc.add(got as usize).write(to_ibv_wc(&w)) };
@@ -419,6 +424,10 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
 /// `ops.req_notify_cq` (`ibv_req_notify_cq`): arms the CQ's next completion event. Softroce
 /// notifies on any completion: `solicited_only` arms the same way (applications poll after an
 /// event anyway; a solicited-only waiter may wake for an unsolicited completion).
+///
+/// # Safety
+/// Called through the header inline with the application's object and arrays, as the C
+/// contract says (NULL or foreign objects are refused).
 pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited_only: c_int) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: the inline passes the application's CQ.
@@ -441,6 +450,10 @@ const IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: u32 = 2;
 /// `verbs_context.create_cq_ex` (`ibv_create_cq_ex`): the standard completion fields
 /// (`IBV_WC_STANDARD_FLAGS`) can be read; timestamps, CVLAN, flow tag and tag matching are
 /// `EOPNOTSUPP` (a device without them), a parent domain too. NULL + errno.
+///
+/// # Safety
+/// Called through the header inline with the application's object and arrays, as the C
+/// contract says (NULL or foreign objects are refused).
 pub unsafe extern "C" fn create_cq_ex(
     ctx: *mut ibv_context,
     attr: *mut ibv_cq_init_attr_ex,
@@ -484,7 +497,8 @@ fn advance(cq: *mut ibv_cq_ex) -> c_int {
         match o.rust.cq.poll_one() {
             Ok(Some(w)) => {
                 if w.status != softroce::verbs::WcStatus::Success {
-                    crate::events::drain_ctx(o.c.context);
+                    // SAFETY: the context of one of our live objects (or the caller's).
+                    unsafe { crate::events::drain_ctx(o.c.context) };
                 }
                 // SAFETY: the application's CQ: the inline readers read status and wr_id here.
                 unsafe {

@@ -45,7 +45,10 @@ fn with<R>(f: impl FnOnce(&mut Table) -> R) -> R {
 }
 
 /// Records a new QP.
-pub fn register_qp(qp: *mut ibv_qp_ex) {
+///
+/// # Safety
+/// `qp` is a live QP of ours with its context set.
+pub unsafe fn register_qp(qp: *mut ibv_qp_ex) {
     // SAFETY: a fresh QP of ours.
     let (ctx, qpn) = unsafe { ((*qp).qp_base.context, (*qp).qp_base.qp_num) };
     with(|t| t.qps.insert((dev_key(ctx), qpn), Entry { obj: qp as usize, ctx: ctx as usize, reported: 0 }));
@@ -106,7 +109,10 @@ pub fn drain(ctx: *mut ibv_context, dev: &Device) {
 }
 
 /// [`drain`] for a context, if its engine has started.
-pub fn drain_ctx(ctx: *mut ibv_context) {
+///
+/// # Safety
+/// `ctx` is NULL or an `ibv_context *` (anything else is undefined, as with the library).
+pub unsafe fn drain_ctx(ctx: *mut ibv_context) {
     // SAFETY: ctx is one of our contexts (callers checked).
     if let Some(c) = unsafe { Context::from_ibv(ctx) }
         && let Some(dev) = c.rt.started()

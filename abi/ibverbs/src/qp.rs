@@ -164,7 +164,8 @@ pub(crate) fn create(
         libc::pthread_mutex_init(&raw mut (*o).qp_base.mutex, std::ptr::null());
         libc::pthread_cond_init(&raw mut (*o).qp_base.cond, std::ptr::null());
     }
-    crate::events::register_qp(o);
+    // SAFETY: o is the fresh QP, its context set.
+    unsafe { crate::events::register_qp(o) };
     Ok(o)
 }
 
@@ -380,7 +381,8 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
         }
         let q = attrs_of(a, mask)?;
         let r = o.rust.qp.modify(&q).map_err(|e| errno_of(&e));
-        crate::events::drain_ctx(o.c.qp_base.context);
+        // SAFETY: the context of one of our live objects (or the caller's).
+        unsafe { crate::events::drain_ctx(o.c.qp_base.context) };
         r?;
         if let Some(s) = q.state {
             // SAFETY: the C part's state is the application's view, updated as rdma-core does.
@@ -555,6 +557,10 @@ unsafe fn send_wr_of(o: &Obj<ibv_qp_ex, Qp>, w: &ibv_send_wr) -> Result<SendWr, 
 /// `ops.post_send` (`ibv_post_send`): posts the list in order; on the first refused request,
 /// `*bad_wr` names it and the errno is returned (`EINVAL`, `ENOMEM` when the queue is full,
 /// `EOPNOTSUPP` for memory-window operations).
+///
+/// # Safety
+/// Called through the header inline with the application's object and arrays, as the C
+/// contract says (NULL or foreign objects are refused).
 pub unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
@@ -592,6 +598,10 @@ pub unsafe extern "C" fn post_send(
 }
 
 /// `ops.post_recv` (`ibv_post_recv`): as [`post_send`] for receive work requests.
+///
+/// # Safety
+/// Called through the header inline with the application's object and arrays, as the C
+/// contract says (NULL or foreign objects are refused).
 pub unsafe extern "C" fn post_recv(
     qp: *mut ibv_qp,
     wr: *mut ibv_recv_wr,
@@ -639,6 +649,10 @@ const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 64;
 /// `verbs_context.create_qp_ex` (`ibv_create_qp_ex`): a PD is required (`EINVAL`); with
 /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` the QP gets the new post API (`ibv_qp_to_qp_ex`,
 /// `ibv_wr_*`). XRC domains, RSS tables, TSO and creation flags are `EOPNOTSUPP`.
+///
+/// # Safety
+/// Called through the header inline with the application's object and arrays, as the C
+/// contract says (NULL or foreign objects are refused).
 pub unsafe extern "C" fn create_qp_ex(_ctx: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
     ptr_or_errno(|| {
         if attr.is_null() {

@@ -143,6 +143,10 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
 
 /// `ops.post_srq_recv` (`ibv_post_srq_recv`): posts the list in order; `*bad_wr` names the
 /// first refused request (`EINVAL`, `ENOMEM` when full).
+///
+/// # Safety
+/// Called through the header inline with the application's object and arrays, as the C
+/// contract says (NULL or foreign objects are refused).
 pub unsafe extern "C" fn post_srq_recv(
     srq: *mut ibv_srq,
     wr: *mut ibv_recv_wr,
