@@ -116,7 +116,7 @@ impl Context {
     /// `p` is NULL or points to an `ibv_context` (anything else is undefined, as with the real
     /// library).
     pub unsafe fn from_ibv<'a>(p: *const ibv_context) -> Option<&'a Context> {
-        if p.is_null() || p as usize % std::mem::align_of::<Context>() != 0 {
+        if p.is_null() || !(p as usize).is_multiple_of(std::mem::align_of::<Context>()) {
             return None;
         }
         let base =

@@ -46,7 +46,7 @@ impl<C, R> Obj<C, R> {
     /// `p` is NULL or points to a `C` that is the start of an `Obj<C, R>` or of another object
     /// at least as large (anything else is undefined, as with the real library).
     pub unsafe fn from_c<'a>(p: *const C, magic: u64) -> Option<&'a Obj<C, R>> {
-        if p.is_null() || p as usize % std::mem::align_of::<Self>() != 0 {
+        if p.is_null() || !(p as usize).is_multiple_of(std::mem::align_of::<Self>()) {
             return None;
         }
         let o = p.cast::<Obj<C, R>>();
