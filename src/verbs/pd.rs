@@ -68,13 +68,33 @@ impl ProtectionDomain {
     /// accessed through the region (its atomic accessors) or not at all: the engine and remote
     /// peers write it from another thread at any time.
     pub unsafe fn register_raw(&self, ptr: *mut u8, len: usize, access: Access) -> Result<MemoryRegion> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.register_raw_iova(ptr, len, ptr as u64, access) }
+    }
+
+    /// Like [`ProtectionDomain::register_raw`], but peers and scatter/gather entries name the
+    /// region's first byte `iova` instead of its address (`ibv_reg_mr_iova`): the region
+    /// covers `iova .. iova + len`.
+    ///
+    /// # Safety
+    /// As for [`ProtectionDomain::register_raw`].
+    pub unsafe fn register_raw_iova(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<MemoryRegion> {
+        if iova.checked_add(len as u64).is_none() {
+            return Err(Error::InvalidArgument("iova + length overflows"));
+        }
         if !(ptr as usize).is_multiple_of(8) {
             return Err(Error::InvalidArgument("register_raw needs an 8-byte aligned pointer"));
         }
         self.check_mr_limit()?;
         // SAFETY: forwarded from this function's contract.
         let bytes = unsafe { new_borrowed_bytes(ptr, len) };
-        let inner = self.device.shared.mrs.write().insert(self.id, ptr as u64, access, bytes, false);
+        let inner = self.device.shared.mrs.write().insert(self.id, iova, access, bytes, false);
         Ok(MemoryRegion { inner, device: self.device.shared.clone() })
     }
 

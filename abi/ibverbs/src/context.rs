@@ -116,7 +116,7 @@ impl Context {
     /// `p` is NULL or points to an `ibv_context` (anything else is undefined, as with the real
     /// library).
     pub unsafe fn from_ibv<'a>(p: *const ibv_context) -> Option<&'a Context> {
-        if p.is_null() || p as usize % std::mem::align_of::<Context>() != 0 {
+        if p.is_null() || !(p as usize).is_multiple_of(std::mem::align_of::<Context>()) {
             return None;
         }
         let base =
@@ -220,14 +220,25 @@ pub unsafe extern "C-unwind" fn ibv_get_async_event(
         set_errno(libc::EINVAL);
         return -1;
     }
+    // Engine events queued since the last progress point.
+    // SAFETY: the caller's context.
+    guard((), || unsafe { crate::events::drain_ctx(ctx) });
     let mut rec = [0u8; 16];
-    // SAFETY: the caller's context is readable; reading into our 16-byte buffer.
-    let n = unsafe { libc::read((*ctx).async_fd, rec.as_mut_ptr().cast::<c_void>(), rec.len()) };
-    if n != rec.len() as isize {
-        if n >= 0 {
-            set_errno(libc::EIO);
+    loop {
+        // SAFETY: the caller's context is readable; reading into our 16-byte buffer.
+        let n = unsafe { libc::read((*ctx).async_fd, rec.as_mut_ptr().cast::<c_void>(), rec.len()) };
+        if n != rec.len() as isize {
+            if n >= 0 {
+                set_errno(libc::EIO);
+            }
+            return -1;
         }
-        return -1;
+        let element = u64::from_ne_bytes(rec[..8].try_into().unwrap_or_default());
+        let event_type = u32::from_ne_bytes(rec[8..12].try_into().unwrap_or_default());
+        if guard(true, || crate::events::take(element, event_type)) {
+            break;
+        }
+        // The record's object was destroyed before the event was read: skip it.
     }
     guard(-1, || {
         let element = u64::from_ne_bytes(rec[..8].try_into().unwrap_or_default());

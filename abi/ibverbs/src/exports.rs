@@ -102,7 +102,7 @@ macro_rules! exports {
 }
 
 #[cfg_attr(test, allow(unused_imports))]
-use crate::{compat, context, device, kern, misc, private, private34, stubs, sysfs};
+use crate::{ah, compat, context, cq, device, kern, misc, pd, private, private34, qp, srq, stubs, sysfs};
 
 exports! {
     // Devices, contexts, ports, GIDs, strings, fork: implemented.
@@ -137,37 +137,37 @@ exports! {
     default "ibv_dontfork_range"                 "IBVERBS_1.1"          => misc::ibv_dontfork_range;
     default "ibv_dofork_range"                   "IBVERBS_1.1"          => misc::ibv_dofork_range;
     // PD, MR, CQ, QP, SRQ, AH, MW, multicast, import: not yet (stubs.rs says what each returns).
-    default "ibv_alloc_pd"                       "IBVERBS_1.1"          => stubs::ibv_alloc_pd;
-    default "ibv_dealloc_pd"                     "IBVERBS_1.1"          => stubs::ibv_dealloc_pd;
-    default "ibv_reg_mr"                         "IBVERBS_1.1"          => stubs::ibv_reg_mr;
-    default "ibv_reg_mr_iova"                    "IBVERBS_1.7"          => stubs::ibv_reg_mr_iova;
-    default "ibv_reg_mr_iova2"                   "IBVERBS_1.8"          => stubs::ibv_reg_mr_iova2;
+    default "ibv_alloc_pd"                       "IBVERBS_1.1"          => pd::ibv_alloc_pd;
+    default "ibv_dealloc_pd"                     "IBVERBS_1.1"          => pd::ibv_dealloc_pd;
+    default "ibv_reg_mr"                         "IBVERBS_1.1"          => pd::ibv_reg_mr;
+    default "ibv_reg_mr_iova"                    "IBVERBS_1.7"          => pd::ibv_reg_mr_iova;
+    default "ibv_reg_mr_iova2"                   "IBVERBS_1.8"          => pd::ibv_reg_mr_iova2;
     default "ibv_reg_dmabuf_mr"                  "IBVERBS_1.12"         => stubs::ibv_reg_dmabuf_mr;
-    default "ibv_rereg_mr"                       "IBVERBS_1.1"          => stubs::ibv_rereg_mr;
-    default "ibv_dereg_mr"                       "IBVERBS_1.1"          => stubs::ibv_dereg_mr;
-    default "ibv_create_comp_channel"            "IBVERBS_1.0"          => stubs::ibv_create_comp_channel;
-    default "ibv_destroy_comp_channel"           "IBVERBS_1.0"          => stubs::ibv_destroy_comp_channel;
-    default "ibv_create_cq"                      "IBVERBS_1.1"          => stubs::ibv_create_cq;
-    default "ibv_resize_cq"                      "IBVERBS_1.1"          => stubs::ibv_resize_cq;
-    default "ibv_destroy_cq"                     "IBVERBS_1.1"          => stubs::ibv_destroy_cq;
-    default "ibv_get_cq_event"                   "IBVERBS_1.1"          => stubs::ibv_get_cq_event;
-    default "ibv_ack_cq_events"                  "IBVERBS_1.1"          => stubs::ibv_ack_cq_events;
-    default "ibv_create_srq"                     "IBVERBS_1.1"          => stubs::ibv_create_srq;
-    default "ibv_modify_srq"                     "IBVERBS_1.1"          => stubs::ibv_modify_srq;
-    default "ibv_query_srq"                      "IBVERBS_1.1"          => stubs::ibv_query_srq;
-    default "ibv_destroy_srq"                    "IBVERBS_1.1"          => stubs::ibv_destroy_srq;
-    default "ibv_create_qp"                      "IBVERBS_1.1"          => stubs::ibv_create_qp;
-    default "ibv_query_qp"                       "IBVERBS_1.1"          => stubs::ibv_query_qp;
-    default "ibv_modify_qp"                      "IBVERBS_1.1"          => stubs::ibv_modify_qp;
-    default "ibv_destroy_qp"                     "IBVERBS_1.1"          => stubs::ibv_destroy_qp;
-    default "ibv_qp_to_qp_ex"                    "IBVERBS_1.6"          => stubs::ibv_qp_to_qp_ex;
+    default "ibv_rereg_mr"                       "IBVERBS_1.1"          => pd::ibv_rereg_mr;
+    default "ibv_dereg_mr"                       "IBVERBS_1.1"          => pd::ibv_dereg_mr;
+    default "ibv_create_comp_channel"            "IBVERBS_1.0"          => cq::ibv_create_comp_channel;
+    default "ibv_destroy_comp_channel"           "IBVERBS_1.0"          => cq::ibv_destroy_comp_channel;
+    default "ibv_create_cq"                      "IBVERBS_1.1"          => cq::ibv_create_cq;
+    default "ibv_resize_cq"                      "IBVERBS_1.1"          => cq::ibv_resize_cq;
+    default "ibv_destroy_cq"                     "IBVERBS_1.1"          => cq::ibv_destroy_cq;
+    default "ibv_get_cq_event"                   "IBVERBS_1.1"          => cq::ibv_get_cq_event;
+    default "ibv_ack_cq_events"                  "IBVERBS_1.1"          => cq::ibv_ack_cq_events;
+    default "ibv_create_srq"                     "IBVERBS_1.1"          => srq::ibv_create_srq;
+    default "ibv_modify_srq"                     "IBVERBS_1.1"          => srq::ibv_modify_srq;
+    default "ibv_query_srq"                      "IBVERBS_1.1"          => srq::ibv_query_srq;
+    default "ibv_destroy_srq"                    "IBVERBS_1.1"          => srq::ibv_destroy_srq;
+    default "ibv_create_qp"                      "IBVERBS_1.1"          => qp::ibv_create_qp;
+    default "ibv_query_qp"                       "IBVERBS_1.1"          => qp::ibv_query_qp;
+    default "ibv_modify_qp"                      "IBVERBS_1.1"          => qp::ibv_modify_qp;
+    default "ibv_destroy_qp"                     "IBVERBS_1.1"          => qp::ibv_destroy_qp;
+    default "ibv_qp_to_qp_ex"                    "IBVERBS_1.6"          => qp::ibv_qp_to_qp_ex;
     default "ibv_query_qp_data_in_order"         "IBVERBS_1.14"         => stubs::ibv_query_qp_data_in_order;
     default "ibv_query_ece"                      "IBVERBS_1.10"         => stubs::ibv_query_ece;
     default "ibv_set_ece"                        "IBVERBS_1.10"         => stubs::ibv_set_ece;
-    default "ibv_create_ah"                      "IBVERBS_1.1"          => stubs::ibv_create_ah;
-    default "ibv_destroy_ah"                     "IBVERBS_1.1"          => stubs::ibv_destroy_ah;
-    default "ibv_init_ah_from_wc"                "IBVERBS_1.1"          => stubs::ibv_init_ah_from_wc;
-    default "ibv_create_ah_from_wc"              "IBVERBS_1.1"          => stubs::ibv_create_ah_from_wc;
+    default "ibv_create_ah"                      "IBVERBS_1.1"          => ah::ibv_create_ah;
+    default "ibv_destroy_ah"                     "IBVERBS_1.1"          => ah::ibv_destroy_ah;
+    default "ibv_init_ah_from_wc"                "IBVERBS_1.1"          => ah::ibv_init_ah_from_wc;
+    default "ibv_create_ah_from_wc"              "IBVERBS_1.1"          => ah::ibv_create_ah_from_wc;
     default "ibv_attach_mcast"                   "IBVERBS_1.1"          => stubs::ibv_attach_mcast;
     default "ibv_detach_mcast"                   "IBVERBS_1.1"          => stubs::ibv_detach_mcast;
     default "ibv_resolve_eth_l2_from_gid"        "IBVERBS_1.1"          => stubs::ibv_resolve_eth_l2_from_gid;

@@ -29,9 +29,12 @@
 // leaves out (it has no version script).
 #![cfg_attr(test, allow(dead_code))]
 
+pub mod ah;
 pub mod compat;
 pub mod context;
+pub mod cq;
 pub mod device;
+pub mod events;
 pub mod exports;
 pub mod ffi;
 pub mod kern;
@@ -40,9 +43,12 @@ mod layout;
 pub mod misc;
 pub mod object;
 pub mod ops;
+pub mod pd;
 pub mod private;
 pub mod private34;
+pub mod qp;
 pub mod runtime;
+pub mod srq;
 pub mod stubs;
 pub mod sysfs;
 pub mod util;

@@ -16,6 +16,12 @@
 //! The context is the one exception to "C struct first": its `ibv_context` sits at offset
 //! 320 inside the `verbs_context` (see [`crate::context`]).
 
+/// A fresh `handle` for a C object (the kernel's per-object handle; only uniqueness matters).
+pub fn next_handle() -> u32 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A C struct with its Rust object behind it.
 #[repr(C)]
 pub struct Obj<C, R> {
@@ -40,7 +46,7 @@ impl<C, R> Obj<C, R> {
     /// `p` is NULL or points to a `C` that is the start of an `Obj<C, R>` or of another object
     /// at least as large (anything else is undefined, as with the real library).
     pub unsafe fn from_c<'a>(p: *const C, magic: u64) -> Option<&'a Obj<C, R>> {
-        if p.is_null() || p as usize % std::mem::align_of::<Self>() != 0 {
+        if p.is_null() || !(p as usize).is_multiple_of(std::mem::align_of::<Self>()) {
             return None;
         }
         let o = p.cast::<Obj<C, R>>();

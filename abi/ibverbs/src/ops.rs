@@ -26,17 +26,19 @@ use crate::util::set_errno;
 pub fn fill(v: &mut verbs_context) {
     v.query_port = Some(crate::device::query_port);
     v.query_device_ex = Some(crate::device::query_device_ex);
+    v.create_cq_ex = Some(crate::cq::create_cq_ex);
+    v.create_qp_ex = Some(crate::qp::create_qp_ex);
     let ops = &mut v.context.ops;
     ops._compat_query_device = Some(crate::device::ibv_query_device);
     ops._compat_query_port = Some(crate::device::ibv_query_port);
     ops.alloc_mw = Some(alloc_mw);
     ops.bind_mw = Some(bind_mw);
     ops.dealloc_mw = Some(dealloc_mw);
-    ops.poll_cq = Some(poll_cq);
-    ops.req_notify_cq = Some(req_notify_cq);
-    ops.post_srq_recv = Some(post_srq_recv);
-    ops.post_send = Some(post_send);
-    ops.post_recv = Some(post_recv);
+    ops.poll_cq = Some(crate::cq::poll_cq);
+    ops.req_notify_cq = Some(crate::cq::req_notify_cq);
+    ops.post_srq_recv = Some(crate::srq::post_srq_recv);
+    ops.post_send = Some(crate::qp::post_send);
+    ops.post_recv = Some(crate::qp::post_recv);
 }
 
 const E: c_int = libc::EOPNOTSUPP;
@@ -51,43 +53,5 @@ unsafe extern "C" fn bind_mw(_qp: *mut ibv_qp, _mw: *mut ibv_mw, _bind: *mut ibv
 }
 
 unsafe extern "C" fn dealloc_mw(_mw: *mut ibv_mw) -> c_int {
-    E
-}
-
-/// A negative count: no completions, an error (`ibv_poll_cq` callers test `< 0`).
-unsafe extern "C" fn poll_cq(_cq: *mut ibv_cq, _n: c_int, _wc: *mut ibv_wc) -> c_int {
-    set_errno(E);
-    -E
-}
-
-unsafe extern "C" fn req_notify_cq(_cq: *mut ibv_cq, _solicited_only: c_int) -> c_int {
-    E
-}
-
-unsafe extern "C" fn post_srq_recv(
-    _srq: *mut ibv_srq,
-    wr: *mut ibv_recv_wr,
-    bad: *mut *mut ibv_recv_wr,
-) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: the caller's bad_wr is writable.
-        unsafe { *bad = wr };
-    }
-    E
-}
-
-unsafe extern "C" fn post_send(_qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: as above.
-        unsafe { *bad = wr };
-    }
-    E
-}
-
-unsafe extern "C" fn post_recv(_qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: as above.
-        unsafe { *bad = wr };
-    }
     E
 }

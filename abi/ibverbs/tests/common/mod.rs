@@ -5,7 +5,8 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// The Debian 12 library this one replaces.
 pub const SYSTEM_LIB: &str = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1";
@@ -85,4 +86,78 @@ pub fn run_with(dir: &Path, cmd: &mut Command) -> Output {
 /// stdout + stderr of an output, for assertion messages.
 pub fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// A fresh loopback address for this process and call (127.220-249.x.y, apart from the
+/// ranges the other test files use).
+pub fn addr() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let k = std::process::id().wrapping_mul(64).wrapping_add(n);
+    format!("127.{}.{}.{}", 220 + (k / (254 * 256)) % 30, (k / 254) % 256, k % 254 + 1)
+}
+
+/// A TCP port free right now (the server binds it a moment later).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// True once some socket listens on TCP `port` (read from /proc/net/tcp{,6}, without
+/// connecting: a probe connection would be taken for the peer).
+pub fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).unwrap_or_default().lines().skip(1).any(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            cols.len() > 3 && format!("{} ", &cols[1][cols[1].len() - 5..]) == want && cols[3] == "0A"
+        })
+    })
+}
+
+/// Starts `prog -d softroce0 <args> [server]` on device `dev` (one explicit address) with
+/// our library.
+pub fn spawn(dir: &Path, prog: &str, dev: &str, args: &[&str], server: Option<&str>) -> Child {
+    let mut c = Command::new(prog);
+    c.args(["-d", "softroce0"]).args(args);
+    if let Some(s) = server {
+        c.arg(s);
+    }
+    c.env("LD_LIBRARY_PATH", dir)
+        .env("SOFTROCE_DEVICES", dev)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn")
+}
+
+/// Waits for `c` at most `limit`, killing it past that; its output and whether it succeeded.
+pub fn finish(mut c: Child, limit: Duration) -> (bool, String) {
+    let t = Instant::now();
+    while c.try_wait().unwrap().is_none() && t.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let o = c.wait_with_output().unwrap();
+    (o.status.success(), text(&o))
+}
+
+/// Runs `prog <args>` as server (device `addr()`) and as client of 127.0.0.1 (another
+/// `addr()`), with a fresh TCP port appended as `<port_flag> <port>`; both must succeed
+/// within `limit`. Returns (server output, client output).
+pub fn run_pair(test: &str, prog: &str, args: &[&str], port_flag: &str, limit: Duration) -> (String, String) {
+    let dir = lib_dir(test);
+    let port = free_port().to_string();
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend_from_slice(&[port_flag, &port]);
+    let server = spawn(&dir, prog, &addr(), &all, None);
+    let t = Instant::now();
+    while !listening(port.parse().unwrap()) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let client = spawn(&dir, prog, &addr(), &all, Some("127.0.0.1"));
+    let (cok, cout) = finish(client, limit);
+    let (sok, sout) = finish(server, Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(cok && sok, "{prog} {args:?}\n--- server:\n{sout}\n--- client:\n{cout}");
+    (sout, cout)
 }

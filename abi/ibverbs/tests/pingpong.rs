@@ -1,0 +1,90 @@
+//! Debian's unmodified `ibv_rc_pingpong`, `ibv_uc_pingpong`, `ibv_ud_pingpong` and
+//! `ibv_srq_pingpong` (ibverbs-utils), two processes on loopback, both loading our library
+//! through `LD_LIBRARY_PATH`: every exchange must complete and, with `-c`, every received
+//! buffer must hold what the peer wrote.
+//!
+//! Each side gets its own loopback address (`SOFTROCE_DEVICES=127.x.y.z`, GID index 1) and
+//! each test its own TCP port, so the tests run in parallel with each other and the rest of the
+//! suite. Cost: about 1 s per test.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// Runs `prog` as server and client with `args`; both must succeed and report `iters`
+/// exchanges.
+fn pingpong(test: &str, prog: &str, args: &[&str], iters: &str) {
+    let path = format!("/usr/bin/{prog}");
+    if !require(test, &[SYSTEM_LIB, &path], "ibverbs-utils") {
+        return;
+    }
+    let mut all = vec!["-g", "1"];
+    all.extend_from_slice(args);
+    let (sout, cout) = run_pair(test, prog, &all, "-p", Duration::from_secs(60));
+    for out in [&sout, &cout] {
+        assert!(out.contains(&format!("{iters} iters in")), "{prog}: {out}");
+        assert!(!out.contains("Failed"), "{prog}: {out}");
+    }
+}
+
+#[test]
+fn debian_rc_pingpong() {
+    pingpong("debian_rc_pingpong", "ibv_rc_pingpong", &["-n", "500", "-c"], "500");
+}
+
+#[test]
+fn debian_rc_pingpong_events() {
+    pingpong("debian_rc_pingpong_events", "ibv_rc_pingpong", &["-n", "300", "-e", "-c"], "300");
+}
+
+#[test]
+fn debian_rc_pingpong_new_post_api() {
+    // -N: ibv_create_qp_ex with send ops, ibv_qp_to_qp_ex, ibv_wr_start/wr_send/set_sge/complete.
+    pingpong("debian_rc_pingpong_new_post", "ibv_rc_pingpong", &["-n", "300", "-N", "-c"], "300");
+    pingpong(
+        "debian_rc_pingpong_new_post_events",
+        "ibv_rc_pingpong",
+        &["-n", "200", "-N", "-e", "-c"],
+        "200",
+    );
+}
+
+#[test]
+fn debian_rc_pingpong_sizes() {
+    // One byte; several MTU-sized packets per message with a small MTU.
+    pingpong("debian_rc_pingpong_1b", "ibv_rc_pingpong", &["-n", "200", "-s", "1", "-c"], "200");
+    pingpong(
+        "debian_rc_pingpong_64k",
+        "ibv_rc_pingpong",
+        &["-n", "50", "-s", "65536", "-m", "256", "-c"],
+        "50",
+    );
+}
+
+#[test]
+fn debian_uc_pingpong() {
+    pingpong("debian_uc_pingpong", "ibv_uc_pingpong", &["-n", "500", "-c"], "500");
+}
+
+#[test]
+fn debian_ud_pingpong() {
+    pingpong("debian_ud_pingpong", "ibv_ud_pingpong", &["-n", "500", "-c"], "500");
+}
+
+#[test]
+fn debian_ud_pingpong_events() {
+    pingpong("debian_ud_pingpong_events", "ibv_ud_pingpong", &["-n", "200", "-e", "-c"], "200");
+}
+
+#[test]
+fn debian_srq_pingpong() {
+    // 16 QPs sharing one SRQ on each side; -n counts exchanges per QP.
+    pingpong("debian_srq_pingpong", "ibv_srq_pingpong", &["-n", "100", "-c"], "100");
+}
+
+#[test]
+fn debian_srq_pingpong_events() {
+    pingpong("debian_srq_pingpong_events", "ibv_srq_pingpong", &["-n", "50", "-q", "4", "-e", "-c"], "50");
+}
