@@ -35,6 +35,15 @@ fn main() {
     for dir in ["abi/ibverbs/src", "abi/ibverbs/build.rs", "abi/ibverbs/libibverbs.map", "src"] {
         println!("cargo::rerun-if-changed={dir}");
     }
+    let lib = out.join("libibverbs.so.1");
+    // Lints (`cargo clippy --all-features`) build no binary: an empty stand-in is enough to
+    // check the code that carries the library, without a nested release build.
+    if std::env::var("RUSTC_WORKSPACE_WRAPPER").is_ok_and(|w| w.contains("clippy-driver")) {
+        std::fs::write(&lib, b"").expect("embed-libs: writing the stand-in library");
+        println!("cargo::rustc-env=SOFTROCE_EMBEDDED_IBVERBS={}", lib.display());
+        println!("cargo::rustc-cfg=softroce_embedded_libs");
+        return;
+    }
     let target = out.join("abi-target");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
@@ -55,7 +64,6 @@ fn main() {
     let status = cmd.status().expect("embed-libs: cannot run cargo for the nested build");
     assert!(status.success(), "embed-libs: the nested build of abi/ibverbs failed ({status})");
     let built = target.join("release/libibverbs.so");
-    let lib = out.join("libibverbs.so.1");
     std::fs::copy(&built, &lib).unwrap_or_else(|e| panic!("embed-libs: copying {}: {e}", built.display()));
     println!("cargo::rustc-env=SOFTROCE_EMBEDDED_IBVERBS={}", lib.display());
     println!("cargo::rustc-cfg=softroce_embedded_libs");

@@ -69,8 +69,11 @@ pub fn unpack_embedded(cache: &Path, libs: &[(&str, &[u8])]) -> Result<Option<Pa
         all.update(name.as_bytes());
         all.update(bytes);
     }
-    let dir = cache.join("softroce").join(format!("lib-{}-{:08x}", env!("CARGO_PKG_VERSION"), all.finalize()));
-    let setup = |what: &str, p: &Path, e: std::io::Error| CliError::setup(format!("cannot {what} {}: {e}", p.display()));
+    let dir =
+        cache.join("softroce").join(format!("lib-{}-{:08x}", env!("CARGO_PKG_VERSION"), all.finalize()));
+    let setup = |what: &str, p: &Path, e: std::io::Error| {
+        CliError::setup(format!("cannot {what} {}: {e}", p.display()))
+    };
     std::fs::create_dir_all(&dir).map_err(|e| setup("create", &dir, e))?;
     for (name, bytes) in libs {
         let path = dir.join(name);
@@ -88,9 +91,9 @@ pub fn unpack_embedded(cache: &Path, libs: &[(&str, &[u8])]) -> Result<Option<Pa
 /// The user's cache directory: `$XDG_CACHE_HOME`, else `$HOME/.cache`.
 fn cache_home() -> Result<PathBuf, CliError> {
     let nonempty = |v: &str| std::env::var_os(v).filter(|s| !s.is_empty()).map(PathBuf::from);
-    nonempty("XDG_CACHE_HOME")
-        .or_else(|| nonempty("HOME").map(|h| h.join(".cache")))
-        .ok_or_else(|| CliError::setup("neither XDG_CACHE_HOME nor HOME is set: no cache directory for the library"))
+    nonempty("XDG_CACHE_HOME").or_else(|| nonempty("HOME").map(|h| h.join(".cache"))).ok_or_else(|| {
+        CliError::setup("neither XDG_CACHE_HOME nor HOME is set: no cache directory for the library")
+    })
 }
 
 /// Runs `softroce lib-path`.
@@ -102,7 +105,9 @@ pub fn run(_a: &LibPathArgs) -> i32 {
             e.parent().map(Path::to_path_buf).ok_or_else(|| CliError::setup("executable has no directory"))
         });
     let found = bin_dir.and_then(|d| match lib_dir(&d) {
-        Err(_) if !EMBEDDED.is_empty() => Ok(unpack_embedded(&cache_home()?, EMBEDDED)?.expect("libraries carried")),
+        Err(_) if !EMBEDDED.is_empty() => {
+            unpack_embedded(&cache_home()?, EMBEDDED)?.ok_or_else(|| CliError::setup("no library carried"))
+        }
         Err(e) => Err(CliError::setup(format!(
             "{e}; an installed softroce carries the library only when built with \
              `cargo install --path . --features embed-libs`",
