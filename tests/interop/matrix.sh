@@ -10,8 +10,8 @@
 #
 # Needs the softroce binary and examples built (MATRIX_BIN_DIR, default target/release):
 #   cargo build --release --bin softroce --example lab
-# Writes $RIG_WORK/matrix/summary.md (the table docs/interop.md shows) and one log and one pcap per
-# run; exit 0 only if every run passed.
+# Writes $RIG_WORK/matrix/summary.md (the table docs/interop.md shows; UPDATE_DOCS=1 writes it
+# into docs/interop.md too) and one log and one pcap per run; exit 0 only if every run passed.
 #
 # Per run: capture on br0, run the rxe side in guest 1 and softroce in the rig's namespace
 # (10.77.0.1), then check
@@ -405,6 +405,19 @@ fi
     echo "Runs: $PASS passed ($(ls "$OUT"/*.log.first 2>/dev/null | wc -l) of them on a 2nd run), $FAIL failed, $(( $(date +%s) - T0 )) s ($(date -u +%Y-%m-%d), $(uname -r) host, guest kernel $(cat "$W/kver" 2>/dev/null))."
 } > "$OUT/summary.md"
 cat "$OUT/summary.md"
+# UPDATE_DOCS=1: the table in docs/interop.md becomes this run's (between its markers), to commit.
+if [ "${UPDATE_DOCS:-0}" = 1 ]; then
+    python3 - "$REPO/docs/interop.md" "$OUT/summary.md" <<'PY'
+import sys
+doc, new = sys.argv[1], open(sys.argv[2]).read().rstrip("\n")
+text = open(doc).read()
+b = text.index("<!-- matrix:begin")
+b = text.index("\n", b) + 1
+e = text.index("<!-- matrix:end -->")
+open(doc, "w").write(text[:b] + new + "\n" + text[e:])
+PY
+    say "docs/interop.md: table replaced by this run's"
+fi
 # Every failure, first runs included, with the checks' verdicts and the log's end: last, so
 # that it is what a CI log shows.
 for f in "$OUT"/*.log.first "$OUT"/*.log; do
