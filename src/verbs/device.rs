@@ -271,6 +271,8 @@ pub(crate) struct DeviceShared {
     /// the engine thread with the endpoint, so it may answer at once (reject, MRA); it must
     /// never wait for the engine ([`DeviceShared::call`]).
     pub cm_sink: Mutex<Option<Box<CmSink>>>,
+    /// The RDMA CM's connections and listeners on this device.
+    pub rdma_cm: Mutex<super::cm::id::DevCm>,
 }
 
 /// The engine's outlet for IB CM events: `(endpoint, now, event)`.
@@ -654,6 +656,7 @@ impl Device {
             recv_buffer,
             weak_self: std::sync::OnceLock::new(),
             cm_sink: Mutex::new(None),
+            rdma_cm: Mutex::new(Default::default()),
         });
         let engine = Engine::new(shared.clone(), backend, poll, cmd_rx, cfg.spin)?;
         let thread =

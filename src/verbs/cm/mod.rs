@@ -6,8 +6,15 @@
 //! address and route resolution on the softroce devices of the process, listeners, the
 //! `cma_hdr`, negotiation, the QP moved through INIT → RTR → RTS, events on channels.
 
+pub mod channel;
 pub mod error;
+pub mod id;
 pub mod registry;
+
+pub use crate::transport::cm::rdma::ConnParam;
+pub use crate::wire::cma::PortSpace;
+pub use channel::{CmEvent, ConnEventParam, EventChannel, EventParam, UdEventParam};
+pub use id::{CmId, CmIdRef};
 
 pub use crate::transport::cm::rdma::RdmaEventType as CmEventType;
 pub use error::{Error, Result};

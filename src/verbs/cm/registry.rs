@@ -22,6 +22,7 @@ static OPENER: RwLock<Option<Arc<DeviceOpener>>> = RwLock::new(None);
 
 /// Remembers an open device (called by [`Device::open`]).
 pub(crate) fn register(dev: &Device) {
+    super::id::install(&dev.shared);
     let mut d = DEVICES.lock();
     d.retain(|w| w.is_alive());
     d.push(dev.downgrade());
