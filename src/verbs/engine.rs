@@ -88,9 +88,12 @@ pub(crate) enum Command {
         reply: Sender<()>,
     },
     /// Runs a closure on the device's IB CM endpoint (the RDMA CM layer's commands).
-    Cm(Box<dyn FnOnce(&mut CmEndpoint, Time) + Send>),
+    Cm(Box<CmCommand>),
     Shutdown,
 }
+
+/// A command run on the device's IB CM endpoint.
+pub(crate) type CmCommand = dyn FnOnce(&mut CmEndpoint, Time) + Send;
 
 /// The timer-heap key of the IB CM (QPNs are 24-bit, so it never names a QP).
 const CM_TIMER: u32 = u32::MAX;

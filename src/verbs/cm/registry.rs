@@ -168,7 +168,10 @@ struct Bound {
     reuse: bool,
 }
 
-static PORTS: Mutex<Option<HashMap<(PortSpace, u16), Vec<Bound>>>> = Mutex::new(None);
+/// The ids bound to each (port space, port).
+type PortTable = HashMap<(PortSpace, u16), Vec<Bound>>;
+
+static PORTS: Mutex<Option<PortTable>> = Mutex::new(None);
 
 /// The kernel's default ephemeral range (`ip_local_port_range`).
 const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
