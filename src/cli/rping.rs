@@ -88,6 +88,9 @@ struct Conn {
     /// recv (16) | send (16) | start (size) | rdma (size)
     mr: MemoryRegion,
     size: usize,
+    /// Completions that arrived while another was awaited (the peer's next SEND may come in
+    /// before the ACK of ours).
+    early: std::cell::RefCell<Vec<WorkCompletion>>,
 }
 
 const RECV: usize = 0;
@@ -102,7 +105,7 @@ impl Conn {
         let mr = pd.alloc_mr(START + 2 * size, Access::ALL).map_err(|e| e.to_string())?;
         id.create_qp(Some(&pd), &QpInitAttr::rc(&cq, &cq).max_send_wr(8).max_recv_wr(4))
             .map_err(|e| format!("rdma_create_qp: {e}"))?;
-        Ok(Conn { cq, mr, size })
+        Ok(Conn { cq, mr, size, early: Default::default() })
     }
     fn rdma(&self) -> usize {
         START + self.size
@@ -126,6 +129,12 @@ impl Conn {
     fn wait(&self, ch: &EventChannel, op: WcOpcode) -> Res<Option<WorkCompletion>> {
         let mut wc =
             [WorkCompletion::new(0, WcStatus::GeneralErr, WcOpcode::Send, softroce::verbs::Qpn::new(0))];
+        {
+            let mut early = self.early.borrow_mut();
+            if let Some(i) = early.iter().position(|w| w.opcode == op) {
+                return Ok(Some(early.remove(i)));
+            }
+        }
         loop {
             if self.cq.poll_wait(&mut wc, Duration::from_millis(100)).map_err(|e| e.to_string())? == 0 {
                 if let Some(ev) = ch.try_get_event().map_err(|e| e.to_string())? {
@@ -150,6 +159,7 @@ impl Conn {
             if w.opcode == op {
                 return Ok(Some(w));
             }
+            self.early.borrow_mut().push(w);
         }
     }
     /// Reads the advert in the receive buffer.
