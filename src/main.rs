@@ -32,6 +32,8 @@ enum Command {
     UdPingpong(cli::pingpong::UdPingpongArgs),
     /// RC ping-pong over many QPs sharing one receive queue, paired with ibv_srq_pingpong.
     SrqPingpong(cli::pingpong::SrqPingpongArgs),
+    /// rping over the RDMA CM, paired with librdmacm's rping in either role.
+    Rping(cli::rping::RpingArgs),
     /// Device, port, GID table and limits, like ibv_devinfo -v.
     Devinfo(cli::devinfo::DevinfoArgs),
     /// The hw_counters of running softroce devices (from another process).
@@ -74,6 +76,7 @@ fn main() {
         Command::UcPingpong(a) => cli::pingpong::run_uc(a),
         Command::UdPingpong(a) => cli::pingpong::run_ud(a),
         Command::SrqPingpong(a) => cli::pingpong::run_srq(a),
+        Command::Rping(a) => cli::rping::run(a),
         Command::Devinfo(a) => cli::devinfo::run(a),
         Command::Counters(a) => cli::counters::run(a),
         Command::LibPath(a) => cli::lib_path::run(a),

@@ -10,3 +10,4 @@ pub mod oob;
 pub mod perf;
 pub mod pingpong;
 pub mod report;
+pub mod rping;

@@ -204,6 +204,11 @@ pub(crate) struct RxCounters {
     pub udp_len_err: AtomicU64,
     pub not_for_us: AtomicU64,
     pub neigh_unresolved: AtomicU64,
+    // QP1 (GSI): packets dropped before the CM sees them.
+    pub mad_bad_opcode: AtomicU64,
+    pub mad_bad_pkey: AtomicU64,
+    pub mad_bad_qkey: AtomicU64,
+    pub mad_no_route: AtomicU64,
 }
 
 /// An asynchronous event (`ibv_async_event`).
@@ -260,7 +265,19 @@ pub(crate) struct DeviceShared {
     pub ahs: RwLock<std::collections::HashMap<u32, super::ah::AhEntry>>,
     /// The receive socket's buffer, as granted.
     pub recv_buffer: Option<usize>,
+    /// The device itself, weakly (what the RDMA CM's new ids hold), set once it is open.
+    pub weak_self: std::sync::OnceLock<WeakDevice>,
+    /// Where the engine hands the IB CM's events (the RDMA CM layer installs it). It runs on
+    /// the engine thread with the endpoint, so it may answer at once (reject, MRA); it must
+    /// never wait for the engine ([`DeviceShared::call`]).
+    pub cm_sink: Mutex<Option<Box<CmSink>>>,
+    /// The RDMA CM's connections and listeners on this device.
+    pub rdma_cm: Mutex<super::cm::id::DevCm>,
 }
+
+/// The engine's outlet for IB CM events: `(endpoint, now, event)`.
+pub(crate) type CmSink = dyn FnMut(&mut crate::transport::cm::CmEndpoint, crate::transport::Time, crate::transport::cm::CmEvent)
+    + Send;
 
 impl DeviceShared {
     /// Tells the engine a QP has new work; wakes it if it sleeps.
@@ -269,6 +286,34 @@ impl DeviceShared {
         if self.sleeping.load(Ordering::SeqCst) {
             let _ = self.waker.wake();
         }
+    }
+
+    /// Sends a command to the engine without waiting for an answer.
+    pub(crate) fn post(&self, cmd: Command) {
+        if self.cmd_tx.send(cmd).is_ok() {
+            let _ = self.waker.wake();
+        }
+    }
+
+    /// Runs `f` on the device's IB CM endpoint in the engine and waits for its result; what
+    /// the command sends goes out and its events reach the sink before the call returns.
+    pub(crate) fn cm_call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut crate::transport::cm::CmEndpoint, crate::transport::Time) -> T + Send + 'static,
+    ) -> Result<T> {
+        self.call(|tx| {
+            Command::Cm(Box::new(move |cm, now| {
+                let _ = tx.send(f(cm, now));
+            }))
+        })
+    }
+
+    /// Runs `f` on the IB CM endpoint without waiting (usable from the engine thread).
+    pub(crate) fn cm_post(
+        &self,
+        f: impl FnOnce(&mut crate::transport::cm::CmEndpoint, crate::transport::Time) + Send + 'static,
+    ) {
+        self.post(Command::Cm(Box::new(f)));
     }
 
     /// Sends a command to the engine and waits for the answer.
@@ -289,9 +334,39 @@ impl Drop for EngineHandle {
     fn drop(&mut self) {
         let _ = self.shared.cmd_tx.send(Command::Shutdown);
         let _ = self.shared.waker.wake();
-        if let Some(t) = self.thread.lock().take() {
+        if let Some(t) = self.thread.lock().take()
+            && t.thread().id() != std::thread::current().id()
+        {
+            // (The engine thread itself may drop the last handle, through an object it held
+            // for the application: it then stops on the Shutdown without joining itself.)
             let _ = t.join();
         }
+    }
+}
+
+/// A device that does not keep its engine running (the RDMA CM's registry and new ids).
+#[derive(Clone)]
+pub(crate) struct WeakDevice {
+    shared: std::sync::Weak<DeviceShared>,
+    engine: std::sync::Weak<EngineHandle>,
+}
+
+impl WeakDevice {
+    /// The device, if it is still open.
+    pub(crate) fn upgrade(&self) -> Option<Device> {
+        Some(Device { shared: self.shared.upgrade()?, _engine: self.engine.upgrade()? })
+    }
+    /// Whether the device is still open.
+    pub(crate) fn is_alive(&self) -> bool {
+        self.engine.strong_count() > 0
+    }
+    /// Whether this is `dev`.
+    pub(crate) fn is(&self, dev: &Device) -> bool {
+        std::sync::Weak::ptr_eq(&self.shared, &Arc::downgrade(&dev.shared))
+    }
+    /// What the engine shares, to send it commands (this does not keep the engine running).
+    pub(crate) fn shared(&self) -> Option<Arc<DeviceShared>> {
+        self.shared.upgrade()
     }
 }
 
@@ -579,14 +654,30 @@ impl Device {
             retired_counters: Mutex::new(Counters::default()),
             ahs: RwLock::new(std::collections::HashMap::new()),
             recv_buffer,
+            weak_self: std::sync::OnceLock::new(),
+            cm_sink: Mutex::new(None),
+            rdma_cm: Mutex::new(Default::default()),
         });
         let engine = Engine::new(shared.clone(), backend, poll, cmd_rx, cfg.spin)?;
         let thread =
             std::thread::Builder::new().name(format!("softroce-{ip}")).spawn(move || engine.run())?;
-        Ok(Device {
+        let dev = Device {
             _engine: Arc::new(EngineHandle { shared: shared.clone(), thread: Mutex::new(Some(thread)) }),
             shared,
-        })
+        };
+        let _ = dev.shared.weak_self.set(dev.downgrade());
+        super::cm::registry::register(&dev);
+        Ok(dev)
+    }
+
+    /// The device without keeping it open.
+    pub(crate) fn downgrade(&self) -> WeakDevice {
+        WeakDevice { shared: Arc::downgrade(&self.shared), engine: Arc::downgrade(&self._engine) }
+    }
+
+    /// Whether `other` is a handle to the same device.
+    pub fn same(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     /// Device name.
@@ -773,6 +864,16 @@ pub struct DeviceCounters {
     pub rcvd_not_for_us: u64,
     /// Raw backend: packets dropped because the next hop's MAC was not resolved yet.
     pub send_neigh_unresolved: u64,
+    /// QP1: packets other than UD SEND Only (dropped).
+    pub rcvd_mad_bad_opcode: u64,
+    /// QP1: packets whose P_Key does not match the port's (0xffff), as rxe's `check_keys`.
+    pub rcvd_mad_bad_pkey: u64,
+    /// QP1: packets whose Q_Key is not the GSI's 0x80010000.
+    pub rcvd_mad_bad_qkey: u64,
+    /// QP1: MADs the CM sent to an address no device address can reach (not sent).
+    pub send_mad_no_route: u64,
+    /// The IB CM's counters (messages, retries, duplicates, every drop and refusal).
+    pub cm: crate::transport::cm::CmCounters,
 }
 
 impl DeviceCounters {
@@ -795,6 +896,10 @@ impl DeviceCounters {
             ("rcvd_udp_len_err", self.rcvd_udp_len_err),
             ("rcvd_not_for_us", self.rcvd_not_for_us),
             ("send_neigh_unresolved", self.send_neigh_unresolved),
+            ("rcvd_mad_bad_opcode", self.rcvd_mad_bad_opcode),
+            ("rcvd_mad_bad_pkey", self.rcvd_mad_bad_pkey),
+            ("rcvd_mad_bad_qkey", self.rcvd_mad_bad_qkey),
+            ("send_mad_no_route", self.send_mad_no_route),
         ])
     }
 }

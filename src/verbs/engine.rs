@@ -31,10 +31,15 @@ use super::qp::{AddressVector, QpAttrs, QpInfo, QpShared};
 use super::rundir::RunDir;
 use super::srq::{SRQ_TAG, SrqAttr, SrqShared};
 use super::stall::StallClock;
+use crate::transport::cm::{self as transport_cm, CmConfig, CmEndpoint, CmTransmit, MadAddr};
 use crate::transport::{Counters, GRH_LEN, Qp, QpType, Qpn, Srq, Time, WcOpcode, WcStatus, WorkCompletion};
+use crate::wire::bth::BthRepr;
+use crate::wire::cm::RejReason;
+use crate::wire::deth::DethRepr;
 use crate::wire::icrc::{self, RecoveredIpv4};
+use crate::wire::mad::MAD_LEN;
 use crate::wire::roce::{IpRepr, RoceFrameRepr};
-use crate::wire::{ICRC_LEN, Packet};
+use crate::wire::{ICRC_LEN, Opcode, Packet, PacketRepr, Psn};
 
 /// Token of the waker (commands, posts).
 pub(crate) const WAKE: mio::Token = mio::Token(0);
@@ -43,17 +48,61 @@ const SOCKET: mio::Token = mio::Token(1);
 
 /// Requests from application threads.
 pub(crate) enum Command {
-    CreateQp { shared: Arc<QpShared>, send_cq: Arc<CqShared>, recv_cq: Arc<CqShared>, reply: Sender<()> },
-    ModifyQp { qpn: u32, attrs: QpAttrs, reply: Sender<Result<()>> },
-    QueryQp { qpn: u32, reply: Sender<Option<QpInfo>> },
-    DestroyQp { qpn: u32, reply: Sender<()> },
+    CreateQp {
+        shared: Arc<QpShared>,
+        send_cq: Arc<CqShared>,
+        recv_cq: Arc<CqShared>,
+        reply: Sender<()>,
+    },
+    ModifyQp {
+        qpn: u32,
+        attrs: QpAttrs,
+        reply: Sender<Result<()>>,
+    },
+    QueryQp {
+        qpn: u32,
+        reply: Sender<Option<QpInfo>>,
+    },
+    DestroyQp {
+        qpn: u32,
+        reply: Sender<()>,
+    },
     Counters(Sender<DeviceCounters>),
-    CreateSrq { shared: Arc<SrqShared>, max_wr: u32, max_sge: u32, limit: u32, reply: Sender<Result<()>> },
-    ModifySrq { srqn: u32, max_wr: Option<u32>, limit: Option<u32>, reply: Sender<Result<()>> },
-    QuerySrq { srqn: u32, reply: Sender<Option<SrqAttr>> },
-    DestroySrq { srqn: u32, reply: Sender<()> },
+    CreateSrq {
+        shared: Arc<SrqShared>,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+        reply: Sender<Result<()>>,
+    },
+    ModifySrq {
+        srqn: u32,
+        max_wr: Option<u32>,
+        limit: Option<u32>,
+        reply: Sender<Result<()>>,
+    },
+    QuerySrq {
+        srqn: u32,
+        reply: Sender<Option<SrqAttr>>,
+    },
+    DestroySrq {
+        srqn: u32,
+        reply: Sender<()>,
+    },
+    /// Runs a closure on the device's IB CM endpoint (the RDMA CM layer's commands).
+    Cm(Box<CmCommand>),
     Shutdown,
 }
+
+/// A command run on the device's IB CM endpoint.
+pub(crate) type CmCommand = dyn FnOnce(&mut CmEndpoint, Time) + Send;
+
+/// The timer-heap key of the IB CM (QPNs are 24-bit, so it never names a QP).
+const CM_TIMER: u32 = u32::MAX;
+/// QP1, the GSI QP.
+const GSI_QPN: u32 = 1;
+/// The GSI's well-known Q_Key.
+const GSI_QKEY: u32 = 0x8001_0000;
 
 /// A shared receive queue and its handle's side.
 struct SrqSlot {
@@ -110,6 +159,14 @@ struct State {
     timers: BinaryHeap<Reverse<(Time, u32)>>,
     epoch: Instant,
     port: u16,
+    /// The IB CM of the device (QP1's consumer).
+    cm: CmEndpoint,
+    /// The CM's armed deadline.
+    cm_timer: Option<Time>,
+    /// The CM got input (MAD, command, timeout): transmit and publish its events.
+    cm_dirty: bool,
+    /// QP1's next BTH PSN.
+    gsi_psn: u32,
 }
 
 pub(crate) struct Engine {
@@ -140,6 +197,10 @@ impl Engine {
         backend.set_waker(shared.waker.clone());
         let port = backend.port();
         let stats = StatsFile::new(&shared);
+        let cm = CmEndpoint::new(
+            cm_config(&shared),
+            u64::from(super::cm::registry::rand32()) << 32 | u64::from(super::cm::registry::rand32()),
+        );
         Ok(Engine {
             stats,
             st: State {
@@ -152,6 +213,10 @@ impl Engine {
                 timers: BinaryHeap::new(),
                 epoch: Instant::now(),
                 port,
+                cm,
+                cm_timer: None,
+                cm_dirty: false,
+                gsi_psn: 0,
             },
             backend,
             poll,
@@ -195,6 +260,7 @@ impl Engine {
                 stall.sample(now, true);
                 work |= self.timers(now, &stall);
             }
+            work |= self.cm_pump(now);
             work |= self.transmit(now);
             self.publish();
             self.stats.dirty |= work;
@@ -314,6 +380,13 @@ impl Engine {
                     }
                     let _ = reply.send(());
                 }
+                Command::Cm(f) => {
+                    let now = self.now();
+                    f(&mut self.st.cm, now);
+                    self.st.cm_dirty = true;
+                    // Send at once: the caller may wait for what this produces.
+                    self.cm_pump(now);
+                }
                 Command::Counters(reply) => {
                     self.backend.refresh_counters();
                     let _ = reply.send(self.st.counters());
@@ -419,6 +492,15 @@ impl Engine {
                 break;
             }
             st.timers.pop();
+            if qpn == CM_TIMER {
+                if st.cm_timer == Some(t) {
+                    st.cm_timer = None;
+                    st.cm.handle_timeout(now);
+                    st.cm_dirty = true;
+                    any = true;
+                }
+                continue;
+            }
             let Some(slot) = st.qps.get_mut(&qpn) else { continue };
             if slot.timer != Some(t) {
                 continue; // superseded
@@ -430,6 +512,53 @@ impl Engine {
             slot.qp.handle_timeout_stalled(now, &*mrs, |since| stall.stalled_since(since, grace));
             st.touched.push(qpn);
             any = true;
+        }
+        any
+    }
+
+    /// Sends the MADs the IB CM has, hands its events to the sink (which may give it more
+    /// to send) and arms its timer.
+    fn cm_pump(&mut self, now: Time) -> bool {
+        let Engine { st, backend, .. } = self;
+        if !st.cm_dirty {
+            return false;
+        }
+        st.cm_dirty = false;
+        let shared = st.shared.clone();
+        let mut any = false;
+        // The sink may answer an event with commands (reject, MRA) that send and produce
+        // events in turn; each round is bounded by what the endpoint has queued.
+        loop {
+            let mut round = false;
+            while let Some(t) = st.cm.poll_transmit() {
+                round = true;
+                st.send_mad(backend.as_mut(), &t);
+            }
+            while let Some(ev) = st.cm.poll_event() {
+                round = true;
+                let mut sink = shared.cm_sink.lock();
+                match sink.as_mut() {
+                    Some(f) => f(&mut st.cm, now, ev),
+                    // No RDMA CM on this device: nobody will answer a request.
+                    None => {
+                        if let transport_cm::CmEvent::ReqReceived { id, .. } = ev {
+                            let _ = st.cm.reject(now, id, RejReason::ConsumerDefined, &[], &[]);
+                        }
+                    }
+                }
+            }
+            if !round {
+                break;
+            }
+            any = true;
+        }
+        match st.cm.poll_timeout() {
+            Some(t) if st.cm_timer != Some(t) => {
+                st.cm_timer = Some(t);
+                st.timers.push(Reverse((t, CM_TIMER)));
+            }
+            Some(_) => {}
+            None => st.cm_timer = None,
         }
         any
     }
@@ -610,6 +739,9 @@ impl StatsFile {
         for (k, v) in c.iter() {
             text.push_str(&format!("{k} {v}\n"));
         }
+        for (k, v) in c.cm.iter() {
+            text.push_str(&format!("{k} {v}\n"));
+        }
         let _ = dir.publish(name, &text);
     }
 }
@@ -655,6 +787,11 @@ impl State {
             rcvd_udp_len_err: rx.udp_len_err.load(Ordering::Relaxed),
             rcvd_not_for_us: rx.not_for_us.load(Ordering::Relaxed),
             send_neigh_unresolved: rx.neigh_unresolved.load(Ordering::Relaxed),
+            rcvd_mad_bad_opcode: rx.mad_bad_opcode.load(Ordering::Relaxed),
+            rcvd_mad_bad_pkey: rx.mad_bad_pkey.load(Ordering::Relaxed),
+            rcvd_mad_bad_qkey: rx.mad_bad_qkey.load(Ordering::Relaxed),
+            send_mad_no_route: rx.mad_no_route.load(Ordering::Relaxed),
+            cm: self.cm.counters().clone(),
         }
     }
 
@@ -692,6 +829,10 @@ impl State {
             rx.ecn_ce.fetch_add(1, Ordering::Relaxed);
         }
         let qpn = p.bth().dest_qp();
+        if qpn == GSI_QPN {
+            self.on_gsi(&d, &p, now);
+            return;
+        }
         let Some(slot) = self.qps.get_mut(&qpn) else {
             rx.unknown_qp.fetch_add(1, Ordering::Relaxed);
             return;
@@ -726,6 +867,101 @@ impl State {
             }
         }
         self.touched.push(qpn);
+    }
+
+    /// A packet for QP1: checked as rxe checks a GSI QP's packets (UD SEND Only, P_Key
+    /// matching the default partition, Q_Key 0x80010000), then given to the IB CM, which does
+    /// the MAD layer's checks.
+    fn on_gsi(&mut self, d: &Datagram<'_>, p: &Packet<'_>, now: Time) {
+        let rx = &self.shared.rx;
+        let bth = p.bth();
+        if bth.opcode() != Opcode::UD_SEND_ONLY {
+            rx.mad_bad_opcode.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        // rxe `pkey_match(pkey, 0xffff)`: the low 15 bits equal (and not 0); one side full.
+        if bth.pkey() & 0x7fff != 0x7fff {
+            rx.mad_bad_pkey.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let Some(deth) = p.deth() else {
+            rx.mad_bad_opcode.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if deth.qkey() != GSI_QKEY {
+            rx.mad_bad_qkey.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let traffic_class = match d.ip_header {
+            Some(ip) if ip.first().is_some_and(|b| b >> 4 == 4) && ip.len() >= 2 => ip[1],
+            Some(ip) if ip.len() >= 2 => (ip[0] << 4) | (ip[1] >> 4),
+            _ => 0,
+        };
+        let from = MadAddr {
+            remote_gid: Gid::from_ip(d.src.ip()).0,
+            local_gid: Gid::from_ip(d.dst).0,
+            traffic_class: traffic_class & !3,
+            pkey: bth.pkey(),
+            qpn: deth.src_qp(),
+        };
+        self.cm.handle_mad(now, &from, p.payload());
+        self.cm_dirty = true;
+    }
+
+    /// Sends one MAD from QP1: a UD SEND Only with the GSI Q_Key, from the UDP source port
+    /// rxe gives QP1 (55410), from the local address the CM names (else the device's first
+    /// of the family), with the route's TTL.
+    fn send_mad(&mut self, backend: &mut dyn Backend, t: &CmTransmit) {
+        let dst_ip = Gid(t.to.remote_gid).to_ip();
+        let want = Gid(t.to.local_gid).to_ip();
+        let locals = &self.shared.addresses;
+        let Some(src_ip) = locals
+            .iter()
+            .copied()
+            .find(|a| *a == want && a.is_ipv4() == dst_ip.is_ipv4())
+            .or_else(|| locals.iter().copied().find(|a| a.is_ipv4() == dst_ip.is_ipv4()))
+        else {
+            self.shared.rx.mad_no_route.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let mut bth = BthRepr::new(Opcode::UD_SEND_ONLY, t.to.qpn, Psn::new(self.gsi_psn));
+        bth.pkey = t.to.pkey;
+        bth.ack_req = true;
+        self.gsi_psn = (self.gsi_psn + 1) & 0xff_ffff;
+        let mut repr = PacketRepr::new(bth);
+        repr.deth = Some(DethRepr { qkey: GSI_QKEY, resv8: 0, src_qp: GSI_QPN });
+        let mut buf = [0u8; 12 + 8 + MAD_LEN + ICRC_LEN];
+        let Ok(len) = repr.emit(&mut buf, &t.mad) else { return };
+        let hop_limit = route_hop_limit(dst_ip);
+        let tos = t.to.traffic_class;
+        let src_port = ud_udp_sport(GSI_QPN);
+        let ip = match (src_ip, dst_ip) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => {
+                IpRepr::V4 { src, dst, tos, ttl: hop_limit, id: 0, df: true }
+            }
+            (IpAddr::V6(src), IpAddr::V6(dst)) => {
+                IpRepr::V6 { src, dst, traffic_class: tos, flow_label: 0, hop_limit }
+            }
+            _ => return,
+        };
+        let frame = RoceFrameRepr { ip, src_port, dst_port: self.port, udp_checksum: false };
+        let body = len - ICRC_LEN;
+        if let Ok(crc) = frame.icrc(&buf[..body]) {
+            buf[body..len].copy_from_slice(&crc.to_le_bytes());
+        }
+        let out = Outgoing {
+            dst: SocketAddr::new(dst_ip, self.port),
+            src_ip,
+            src_port,
+            contents: &buf[..len],
+            segment_size: len,
+            tos,
+            hop_limit,
+            flow_label: 0,
+        };
+        if backend.send(out).is_err() {
+            self.shared.rx.send_err.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn publish_one(&mut self, qpn: u32) {
@@ -837,6 +1073,19 @@ fn path_to(locals: &[IpAddr], gids: &[Gid], av: &AddressVector, src_port: u16, p
         flow_label: av.flow_label,
         frame: RoceFrameRepr { ip, src_port, dst_port: port, udp_checksum: false },
     })
+}
+
+/// The IB CM's configuration for a device: its node GUID (for a device without a MAC, such as
+/// one on loopback, a GUID made from its address, so that two such devices differ), GID 0, the
+/// default partition.
+fn cm_config(shared: &DeviceShared) -> CmConfig {
+    let mut node_guid = shared.attr.node_guid;
+    if shared.mac == [0; 6] {
+        let g = Gid::from_ip(shared.ip).0;
+        node_guid = 0x0200_0000_0000_0000
+            | u64::from_be_bytes(g[8..16].try_into().unwrap_or_default()) & 0xffff_ffff_ffff;
+    }
+    CmConfig { node_guid, gid0: shared.gids.first().map_or([0; 16], |g| g.0), ..CmConfig::default() }
 }
 
 /// Sends the pending batch, if any.

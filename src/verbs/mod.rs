@@ -126,6 +126,7 @@
 
 pub mod ah;
 pub mod backend;
+pub mod cm;
 pub mod cq;
 pub mod device;
 pub mod engine;

@@ -8,6 +8,7 @@
 #                                          UDP runs; default: both (the UDP matrix, then the
 #                                          raw subset, rows marked udp / raw)
 #
+# (rows: ibv_*_pingpong, perftest, labpeer and librdmacm's rping)
 # Needs the softroce binary and examples built (MATRIX_BIN_DIR, default target/release):
 #   cargo build --release --bin softroce --example lab
 # Writes $RIG_WORK/matrix/summary.md (the table docs/interop.md shows; UPDATE_DOCS=1 writes it
@@ -112,7 +113,12 @@ run() {
         done
         if [ "$role" = server ]; then
             "$RIG" vm-bg -t 240 1 rxe "$rxe"
-            "$RIG" wait-port 1 "${rxe_port:-18515}" 30 || echo "rxe server did not listen"
+            if [ "${rxe_port:-}" = rdma_cm ]; then
+                # (an rdma_cm listener has no TCP port to wait for)
+                sleep 2
+            else
+                "$RIG" wait-port 1 "${rxe_port:-18515}" 30 || echo "rxe server did not listen"
+            fi
             echo "--- softroce: $srcmd"
             timeout 240 "$RIG" host "$srcmd" || rc_s=$?
             echo "--- rxe: $rxe"
@@ -269,6 +275,17 @@ for mtu in 1500 9000; do
         "labpeer -m $pmtu $HOST" "$LAB -s -d $HOST" "$LAB_OK"
     rxe_port=18700 run "lab-big-sr2rxe-$pmtu" $pmtu "" labpeer "lab sequence, 1 MiB" "softroce → rxe" server \
         "labpeer -s" "$LAB -d $HOST -m $pmtu -z 1048576 $VM" "$LAB_OK"
+    # ---- rping (librdmacm, connected through the IB CM over QP1) <-> softroce rping,
+    # validated (-V); both print each ping's data (-v)
+    if [ $pmtu = 1024 ]; then
+        for size in 100 65535; do
+            n=$([ $size = 100 ] && echo 10 || echo 3)
+            rxe_port=rdma_cm run "rping-sr2rxe-$size" $pmtu "" rping "-S $size -C $n -V" "softroce → rxe" server \
+                "rping -s -a $VM -v -V -S $size" "$SR rping -c -a $VM -v -V -C $n -S $size" "ping data: rdma-ping-$((n - 1)):"
+            rxe_port=rdma_cm run "rping-rxe2sr-$size" $pmtu "" rping "-S $size -C $n -V" "rxe → softroce" client \
+                "rping -c -a $HOST -v -V -C $n -S $size" "$SR rping -s -a $HOST -v" "ping data: rdma-ping-$((n - 1)):"
+        done
+    fi
     # ---- perftest <-> softroce perf
     if [ $pmtu = 1024 ]; then
         # every test with its defaults (BW: 64 KiB messages = 64-packet First/Middle/Last

@@ -153,8 +153,9 @@ pub enum RequestRefused {
     BadHeader,
     /// The IP version is neither 4 nor 6.
     BadIpVersion,
-    /// Source or destination is multicast, broadcast, zero or loopback
-    /// (`validate_ipv4_net_dev`; the route check itself is the engine's).
+    /// Source or destination is multicast, broadcast or zero (`validate_ipv4_net_dev`; the
+    /// route check itself is the engine's). Linux also refuses loopback addresses, which no
+    /// rxe device serves; softroce devices do serve them, so they pass here.
     BadAddress,
     /// No listener's port space and port is the service ID's, or none matches the address.
     NoListener,
@@ -166,8 +167,8 @@ pub enum RequestRefused {
 
 fn bad_unicast(ip: IpAddr) -> bool {
     match ip {
-        IpAddr::V4(a) => a.is_multicast() || a.is_broadcast() || a.is_unspecified() || a.is_loopback(),
-        IpAddr::V6(a) => a.is_multicast() || a.is_unspecified() || a.is_loopback(),
+        IpAddr::V4(a) => a.is_multicast() || a.is_broadcast() || a.is_unspecified(),
+        IpAddr::V6(a) => a.is_multicast() || a.is_unspecified(),
     }
 }
 

@@ -1,0 +1,848 @@
+//! rdma_cm ids (`struct rdma_cm_id`): what an application connects with, and the glue between
+//! them and the IB CM of each device (Linux's `cma.c` + librdmacm, for RC in the TCP port space).
+//!
+//! The engine hands every IB CM event of a device to [`on_cm_event`] on its own thread; that
+//! function answers at once where the kernel does (reject a request no listener takes, the
+//! MRA that covers the application's thinking time) and queues the rdma_cm event on the id's
+//! channel. Work that needs the engine (moving a QP to RTR/RTS, sending the RTU) is done by
+//! the application's thread: in its calls, and — for an active id's connect response — when
+//! it takes the event, as librdmacm does in `rdma_get_cm_event`.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::channel::{ChannelInner, ConnEventParam, EventChannel, EventData, EventParam};
+use super::error::{Error, Result};
+use super::registry::{self, PortBinding};
+use super::{CmEventType, CmIdState};
+use crate::transport::cm::rdma::{
+    self, ConnParam, DeviceCaps, RdmaListen, RdmaQpType, RdmaRoute, RequestKind,
+};
+use crate::transport::cm::{CmEndpoint, CmEvent as IbEvent, CmId as IbCmId, CmQpAttrs, RepInfo, ReqInfo};
+use crate::transport::{Mtu, QpState, QpType, Qpn, Time};
+use crate::verbs::device::{DeviceShared, WeakDevice};
+use crate::verbs::{Access, AddressVector, Device, Gid, ProtectionDomain, QpAttrs, QpInitAttr, QueuePair};
+use crate::wire::Psn;
+use crate::wire::cm::{CmTransport, RejReason};
+use crate::wire::cma::PortSpace;
+
+/// What the RDMA CM keeps per device: the IB CM connections of its ids and its listeners.
+#[derive(Default)]
+pub(crate) struct DevCm {
+    conns: HashMap<u32, Arc<IdInner>>,
+    listeners: Vec<(RdmaListen, Arc<IdInner>)>,
+}
+
+/// The mutable part of an id.
+struct IdSt {
+    state: CmIdState,
+    dev: Option<WeakDevice>,
+    src: Option<SocketAddr>,
+    dst: Option<SocketAddr>,
+    binding: Option<PortBinding>,
+    route: Option<RdmaRoute>,
+    /// The IB CM connection, once there is one.
+    ib: Option<IbCmId>,
+    /// The devices this id listens on.
+    listens: Vec<WeakDevice>,
+    qp: Option<Arc<QueuePair>>,
+    /// The PSN this side starts receiving at (the Starting PSN of its REQ or REP).
+    seq_num: u32,
+    /// Passive: the request.
+    req: Option<Box<ReqInfo>>,
+    /// Active: the reply, until the connect response is processed.
+    rep: Option<Box<RepInfo>>,
+    /// The application's connection parameters (QP overrides).
+    conn: Option<ConnParam>,
+    /// DISCONNECTED was queued.
+    disconnected: bool,
+}
+
+/// An id, as the engine's side and the application's share it.
+pub(crate) struct IdInner {
+    serial: u64,
+    /// Where this id's events go.
+    channel: Arc<ChannelInner>,
+    /// Created without a channel: every call waits for its outcome.
+    sync: bool,
+    ps: PortSpace,
+    qp_type: RdmaQpType,
+    st: Mutex<IdSt>,
+    outstanding: AtomicUsize,
+}
+
+impl IdInner {
+    fn new(channel: Arc<ChannelInner>, sync: bool, ps: PortSpace) -> Arc<IdInner> {
+        static SERIAL: AtomicU64 = AtomicU64::new(1);
+        Arc::new(IdInner {
+            serial: SERIAL.fetch_add(1, Ordering::Relaxed),
+            channel,
+            sync,
+            ps,
+            qp_type: if ps == PortSpace::Udp { RdmaQpType::Ud } else { RdmaQpType::Rc },
+            st: Mutex::new(IdSt {
+                state: CmIdState::Idle,
+                dev: None,
+                src: None,
+                dst: None,
+                binding: None,
+                route: None,
+                ib: None,
+                listens: Vec::new(),
+                qp: None,
+                seq_num: 0,
+                req: None,
+                rep: None,
+                conn: None,
+                disconnected: false,
+            }),
+            outstanding: AtomicUsize::new(0),
+        })
+    }
+
+    /// An event about this id was queued.
+    pub(crate) fn event_reported(&self) {
+        self.outstanding.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// An event about this id was acknowledged.
+    pub(crate) fn event_completed(&self) {
+        let _ = self.outstanding.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    }
+
+    /// Destroys an id nobody will ever hold (a request whose event was dropped undelivered):
+    /// its IB CM connection is rejected, without waiting for the engine.
+    pub(crate) fn post_destroy(self: &Arc<Self>) {
+        let (ib, dev) = {
+            let mut st = self.st.lock();
+            st.state = CmIdState::Destroyed;
+            (st.ib.take(), st.dev.clone())
+        };
+        if let (Some(ib), Some(shared)) = (ib, dev.and_then(|d| d.shared())) {
+            let weak = Arc::downgrade(&shared);
+            shared.cm_post(move |cm, now| {
+                let _ = cm.destroy(now, ib);
+                if let Some(s) = weak.upgrade() {
+                    s.rdma_cm.lock().conns.remove(&ib.0);
+                }
+            });
+        }
+    }
+
+    fn state(&self) -> CmIdState {
+        self.st.lock().state
+    }
+
+    fn push(self: &Arc<Self>, kind: CmEventType, status: i32, param: EventParam) {
+        self.channel.push(EventData::new(kind, status, self.clone(), param));
+    }
+
+    /// An active id's connect response, processed as the application takes it (librdmacm's
+    /// `ucma_process_conn_resp`): the QP to RTR and RTS from the REP, then the RTU. Returns
+    /// the event the application sees: ESTABLISHED, or CONNECT_ERROR (the connection is then
+    /// rejected). An id without a QP sees CONNECT_RESPONSE and calls [`CmId::establish`].
+    pub(crate) fn process_connect_response(self: &Arc<Self>) -> (CmEventType, i32) {
+        let (qp, ib, dev, seq, conn) = {
+            let st = self.st.lock();
+            (st.qp.clone(), st.ib, st.dev.clone(), st.seq_num, st.conn.clone())
+        };
+        let (Some(ib), Some(dev)) = (ib, dev.and_then(|d| d.upgrade())) else {
+            return (CmEventType::ConnectError, -libc::ENODEV);
+        };
+        let Some(qp) = qp else { return (CmEventType::ConnectResponse, 0) };
+        let r = (|| -> Result<()> {
+            let attrs = dev.shared.cm_call(move |cm, _| cm.qp_attrs(ib))??;
+            move_qp(&qp, &dev, attrs, seq, conn.as_ref())?;
+            dev.shared.cm_call(move |cm, now| cm.ready_to_use(now, ib, &[]))??;
+            Ok(())
+        })();
+        match r {
+            Ok(()) => {
+                self.st.lock().state = CmIdState::Established;
+                (CmEventType::Established, 0)
+            }
+            Err(e) => {
+                let _ = qp.modify(&QpAttrs::error());
+                let _ = dev
+                    .shared
+                    .cm_call(move |cm, now| cm.reject(now, ib, RejReason::ConsumerDefined, &[], &[]));
+                self.st.lock().state = CmIdState::Disconnect;
+                (CmEventType::ConnectError, -e.errno())
+            }
+        }
+    }
+}
+
+/// A reference to an id, as events carry it (`event->id`, `event->listen_id`).
+#[derive(Clone)]
+pub struct CmIdRef(pub(crate) Arc<IdInner>);
+
+impl std::fmt::Debug for CmIdRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CmId#{}", self.0.serial)
+    }
+}
+
+impl CmIdRef {
+    /// The id's state.
+    pub fn state(&self) -> CmIdState {
+        self.0.state()
+    }
+    /// The local address and port (`rdma_get_local_addr`).
+    pub fn src_addr(&self) -> Option<SocketAddr> {
+        self.0.st.lock().src
+    }
+    /// The peer's address and port (`rdma_get_peer_addr`).
+    pub fn dst_addr(&self) -> Option<SocketAddr> {
+        self.0.st.lock().dst
+    }
+    /// Whether this refers to `id`.
+    pub fn is(&self, id: &CmId) -> bool {
+        Arc::ptr_eq(&self.0, &id.inner)
+    }
+}
+
+/// An rdma_cm id (`struct rdma_cm_id`), RC in the TCP port space. Created on an
+/// [`EventChannel`], its calls return at once and their outcome arrives as events; created
+/// without one, every call waits for its outcome (librdmacm's synchronous mode). Dropping it
+/// destroys it (`rdma_destroy_id`): an unanswered request is rejected, a connection
+/// disconnected, the QP destroyed.
+pub struct CmId {
+    inner: Arc<IdInner>,
+    dev: Option<Device>,
+    qp: Option<Arc<QueuePair>>,
+}
+
+impl std::fmt::Debug for CmId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CmId")
+            .field("serial", &self.inner.serial)
+            .field("state", &self.state())
+            .field("src", &self.src_addr())
+            .field("dst", &self.dst_addr())
+            .finish()
+    }
+}
+
+/// How long a synchronous call waits at most: longer than the IB CM's own give-up time for
+/// an unanswered REQ (16 × 6.1 s), so its outcome always arrives first.
+const SYNC_WAIT: Duration = Duration::from_secs(120);
+
+impl CmId {
+    /// `rdma_create_id`: a new id in port space `ps` (TCP: RC). With a channel its events go
+    /// there; without one (`None`) the id is synchronous.
+    pub fn new(channel: Option<&EventChannel>, ps: PortSpace) -> Result<CmId> {
+        if ps != PortSpace::Tcp {
+            return Err(Error::PortSpace(ps));
+        }
+        let (ch, sync) = match channel {
+            Some(c) => (c.inner.clone(), false),
+            None => (ChannelInner::new()?, true),
+        };
+        Ok(CmId { inner: IdInner::new(ch, sync, ps), dev: None, qp: None })
+    }
+
+    /// Hands an id that arrived with a CONNECT_REQUEST to the application.
+    pub(crate) fn claim(inner: Arc<IdInner>) -> Option<CmId> {
+        let dev = inner.st.lock().dev.as_ref().and_then(|d| d.upgrade())?;
+        Some(CmId { inner, dev: Some(dev), qp: None })
+    }
+
+    /// A reference to this id, to compare with an event's ([`CmIdRef::is`]).
+    pub fn as_ref(&self) -> CmIdRef {
+        CmIdRef(self.inner.clone())
+    }
+    /// The id's state.
+    pub fn state(&self) -> CmIdState {
+        self.inner.state()
+    }
+    /// The local address and port (`rdma_get_local_addr`).
+    pub fn src_addr(&self) -> Option<SocketAddr> {
+        self.inner.st.lock().src
+    }
+    /// The peer's address and port (`rdma_get_peer_addr`).
+    pub fn dst_addr(&self) -> Option<SocketAddr> {
+        self.inner.st.lock().dst
+    }
+    /// The device the id is bound to (`id->verbs`), once it has an address.
+    pub fn device(&self) -> Option<&Device> {
+        self.dev.as_ref()
+    }
+    /// The QP made with [`CmId::create_qp`] (`id->qp`).
+    pub fn qp(&self) -> Option<&QueuePair> {
+        self.qp.as_deref()
+    }
+    /// The port space.
+    pub fn port_space(&self) -> PortSpace {
+        self.inner.ps
+    }
+
+    /// The IB CM connection of the id.
+    fn ib_id(&self, op: &'static str) -> Result<IbCmId> {
+        let st = self.inner.st.lock();
+        st.ib.ok_or(Error::InvalidState { op, state: st.state })
+    }
+
+    fn expect(&self, op: &'static str, ok: &[CmIdState]) -> Result<()> {
+        let s = self.state();
+        if ok.contains(&s) { Ok(()) } else { Err(Error::InvalidState { op, state: s }) }
+    }
+
+    fn set_device(&mut self, dev: Device) {
+        self.inner.st.lock().dev = Some(dev.downgrade());
+        self.dev = Some(dev);
+    }
+
+    /// Waits, for a synchronous id, for the event that ends a call.
+    fn wait_sync(&self, want: CmEventType) -> Result<()> {
+        if !self.inner.sync {
+            return Ok(());
+        }
+        loop {
+            let ev = self.inner.channel.pop(Some(SYNC_WAIT)).ok_or(Error::Timeout)?;
+            let ev = super::channel::deliver_event(ev);
+            let t = ev.event_type();
+            if t == want {
+                return Ok(());
+            }
+            return Err(match t {
+                CmEventType::TimewaitExit => continue,
+                CmEventType::Rejected => Error::ConnectionRefused {
+                    reason: ev.status() as u16,
+                    private_data: ev.private_data().to_vec(),
+                },
+                t if ev.status() != 0 => Error::Event { event: t, status: ev.status() },
+                t => Error::UnexpectedEvent(t),
+            });
+        }
+    }
+
+    /// `rdma_bind_addr`: binds the id to a local address and port (port 0: an ephemeral
+    /// one). A specific address picks the softroce device that serves it (opening one if none
+    /// does); the unspecified address binds to every device (for a listener).
+    pub fn bind_addr(&mut self, addr: SocketAddr) -> Result<()> {
+        self.expect("bind_addr", &[CmIdState::Idle])?;
+        if !addr.ip().is_unspecified() {
+            let dev = registry::device_for_local(addr.ip())?;
+            self.set_device(dev);
+        }
+        let b = registry::bind_port(self.inner.ps, addr, self.inner.serial, false)?;
+        let mut st = self.inner.st.lock();
+        st.src = Some(b.addr());
+        st.binding = Some(b);
+        st.state = CmIdState::AddrBound;
+        Ok(())
+    }
+
+    /// `rdma_resolve_addr`: picks the local device and address that reach `dst` (binding an
+    /// ephemeral port if the id is not bound) and reports ADDR_RESOLVED. `src` names the local
+    /// address to use, as its first argument does.
+    pub fn resolve_addr(
+        &mut self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        _timeout: Duration,
+    ) -> Result<()> {
+        if let Some(s) = src
+            && self.state() == CmIdState::Idle
+        {
+            self.bind_addr(s)?;
+        }
+        self.expect("resolve_addr", &[CmIdState::Idle, CmIdState::AddrBound])?;
+        if dst.ip().is_unspecified() || dst.port() == 0 {
+            return Err(Error::InvalidArgument("the destination needs an address and a port"));
+        }
+        let bound = self.inner.st.lock().src;
+        let (dev, local) = match (&self.dev, bound) {
+            (Some(d), Some(b)) if !b.ip().is_unspecified() => (d.clone(), b.ip()),
+            _ => registry::device_towards(dst.ip())?,
+        };
+        if local.is_ipv4() != dst.ip().is_ipv4() {
+            return Err(Error::AddressFamily { src: local, dst: dst.ip() });
+        }
+        self.set_device(dev);
+        let port = match bound {
+            Some(b) => b.port(),
+            None => 0,
+        };
+        let mut st = self.inner.st.lock();
+        if st.binding.is_none() || bound.is_some_and(|b| b.ip().is_unspecified()) {
+            drop(st);
+            let b =
+                registry::bind_port(self.inner.ps, SocketAddr::new(local, port), self.inner.serial, false)?;
+            st = self.inner.st.lock();
+            st.binding = Some(b);
+        }
+        let port = st.binding.as_ref().map_or(0, |b| b.addr().port());
+        st.src = Some(SocketAddr::new(local, port));
+        st.dst = Some(dst);
+        st.state = CmIdState::AddrResolved;
+        drop(st);
+        self.inner.push(CmEventType::AddrResolved, 0, EventParam::None);
+        self.wait_sync(CmEventType::AddrResolved)
+    }
+
+    /// `rdma_resolve_route`: the RoCE route to the resolved address (path MTU from the
+    /// device's MTU, hop limit 64); reports ROUTE_RESOLVED.
+    pub fn resolve_route(&mut self, _timeout: Duration) -> Result<()> {
+        self.expect("resolve_route", &[CmIdState::AddrResolved])?;
+        let dev = self.dev.as_ref().ok_or(Error::NoDevice)?;
+        let mut st = self.inner.st.lock();
+        let (Some(src), Some(dst)) = (st.src, st.dst) else {
+            return Err(Error::InvalidState { op: "resolve_route", state: st.state });
+        };
+        st.route = Some(RdmaRoute {
+            src,
+            dst,
+            mtu: rdma::iboe_get_mtu(dev.shared.port.netdev_mtu).max(1),
+            hop_limit: 64,
+            tos: 0,
+            ack_timeout: None,
+            ipv6_flow_label: None,
+        });
+        st.state = CmIdState::RouteResolved;
+        drop(st);
+        self.inner.push(CmEventType::RouteResolved, 0, EventParam::None);
+        self.wait_sync(CmEventType::RouteResolved)
+    }
+
+    /// `rdma_listen`: listens for connection requests to the bound port — on the bound
+    /// address's device, or on every open softroce device for a wildcard address. At most
+    /// `backlog` requests (0: 1024) wait unanswered; more are dropped so that their senders
+    /// retry, as Linux does.
+    pub fn listen(&mut self, backlog: usize) -> Result<()> {
+        self.expect("listen", &[CmIdState::AddrBound])?;
+        let src = self.src_addr().ok_or(Error::InvalidArgument("bind the id first"))?;
+        let backlog = if backlog == 0 { rdma::UCMA_MAX_BACKLOG } else { backlog.min(rdma::UCMA_MAX_BACKLOG) };
+        let devs = match &self.dev {
+            Some(d) => vec![d.clone()],
+            None => registry::devices_for_wildcard(src.is_ipv4(), true),
+        };
+        if devs.is_empty() {
+            return Err(Error::NoDevice);
+        }
+        let l = RdmaListen {
+            ps: self.inner.ps,
+            addr: src.ip(),
+            port: src.port(),
+            afonly: src.is_ipv4(),
+            qp_type: self.inner.qp_type,
+        };
+        let sid = l.service_id();
+        let mut done = Vec::new();
+        for d in &devs {
+            let inner = self.inner.clone();
+            let weak = Arc::downgrade(&d.shared);
+            let r = d.shared.cm_call(move |cm, _| {
+                let Some(s) = weak.upgrade() else { return Ok(()) };
+                let mut g = s.rdma_cm.lock();
+                if !g.listeners.iter().any(|(x, _)| x.service_id() == sid) {
+                    cm.listen(sid, backlog)?;
+                }
+                g.listeners.push((l, inner));
+                Ok::<(), crate::transport::cm::CmError>(())
+            })?;
+            r?;
+            done.push(d.downgrade());
+        }
+        let mut st = self.inner.st.lock();
+        st.listens = done;
+        st.state = CmIdState::Listen;
+        Ok(())
+    }
+
+    /// `rdma_get_request` (synchronous listener): waits for the next connection request and
+    /// returns its new id.
+    pub fn get_request(&self) -> Result<CmId> {
+        self.expect("get_request", &[CmIdState::Listen])?;
+        loop {
+            let ev = self.inner.channel.pop(None).ok_or(Error::Timeout)?;
+            let mut ev = super::channel::deliver_event(ev);
+            if ev.event_type() == CmEventType::ConnectRequest
+                && let Some(id) = ev.take_id()
+            {
+                return Ok(id);
+            }
+        }
+    }
+
+    /// `rdma_create_qp`: creates the id's QP on its device (in `pd`, or the device's default
+    /// protection domain) and moves it to INIT, as librdmacm does; `connect` or `accept`
+    /// take it to RTR and RTS.
+    pub fn create_qp(&mut self, pd: Option<&ProtectionDomain>, init: &QpInitAttr<'_>) -> Result<&QueuePair> {
+        let dev =
+            self.dev.clone().ok_or(Error::InvalidArgument("resolve or bind the id to a device first"))?;
+        if self.qp.is_some() {
+            return Err(Error::InvalidArgument("the id already has a QP"));
+        }
+        if init.qp_type != QpType::Rc {
+            return Err(Error::NotSupported("rdma_cm ids of QP types other than RC"));
+        }
+        let default;
+        let pd = match pd {
+            Some(p) => p,
+            None => {
+                default = registry::default_pd(&dev)?;
+                &default
+            }
+        };
+        let qp = Arc::new(pd.create_qp(init)?);
+        qp.modify(&QpAttrs::init(
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+        ))?;
+        self.inner.st.lock().qp = Some(qp.clone());
+        self.qp = Some(qp);
+        Ok(self.qp.as_deref().expect("just set"))
+    }
+
+    fn caps(&self) -> DeviceCaps {
+        let a = self.dev.as_ref().map(|d| d.shared.attr.clone());
+        DeviceCaps {
+            max_qp_rd_atom: a.as_ref().map_or(16, |a| a.max_qp_rd_atom.min(255) as u8),
+            max_qp_init_rd_atom: a.as_ref().map_or(16, |a| a.max_qp_init_rd_atom.min(255) as u8),
+        }
+    }
+
+    /// `rdma_connect`: sends the connection request (the QP number is the id's QP, or
+    /// `param.qp_num` without one). The outcome is ESTABLISHED (the QP is then in RTS),
+    /// REJECTED (status 8: nobody listens on the port; 28: the peer's application said no) or
+    /// UNREACHABLE (status −110: no answer after the IB CM's retries). A synchronous id waits
+    /// for it and turns REJECTED into [`Error::ConnectionRefused`].
+    pub fn connect(&mut self, param: Option<&ConnParam>) -> Result<()> {
+        self.expect("connect", &[CmIdState::RouteResolved])?;
+        let dev = self.dev.clone().ok_or(Error::NoDevice)?;
+        let (route, qpn) = {
+            let st = self.inner.st.lock();
+            let qpn = st.qp.as_ref().map(|q| q.qp_num().value()).or(param.map(|p| p.qp_num));
+            (st.route.ok_or(Error::InvalidState { op: "connect", state: st.state })?, qpn)
+        };
+        let qpn = qpn
+            .filter(|q| *q >= 2)
+            .ok_or(Error::InvalidArgument("create a QP on the id (or name one) first"))?;
+        let neg = rdma::connect_values(param, self.caps());
+        let seq = registry::rand32() & 0xff_ffff;
+        let srq = param.is_some_and(|p| p.srq);
+        let req = rdma::req_params(&route, self.inner.ps, qpn, self.inner.qp_type, seq, &neg, srq)?;
+        {
+            let mut st = self.inner.st.lock();
+            st.seq_num = seq;
+            st.conn = param.cloned();
+            st.state = CmIdState::Connect;
+        }
+        let inner = self.inner.clone();
+        let weak = Arc::downgrade(&dev.shared);
+        let r = dev.shared.cm_call(move |cm, now| {
+            let id = cm.connect(now, &req)?;
+            inner.st.lock().ib = Some(id);
+            if let Some(s) = weak.upgrade() {
+                s.rdma_cm.lock().conns.insert(id.0, inner);
+            }
+            Ok::<_, crate::transport::cm::CmError>(id)
+        })?;
+        if let Err(e) = r {
+            self.inner.st.lock().state = CmIdState::RouteResolved;
+            return Err(e.into());
+        }
+        self.wait_sync(CmEventType::Established)
+    }
+
+    /// `rdma_accept`: accepts a connection request; the QP goes to RTR and RTS from the
+    /// request, the REP leaves, and ESTABLISHED follows when the peer's RTU (or its first
+    /// packet, see [`CmId::establish`]) arrives. A synchronous id waits for it.
+    pub fn accept(&mut self, param: Option<&ConnParam>) -> Result<()> {
+        self.expect("accept", &[CmIdState::Connect])?;
+        let dev = self.dev.clone().ok_or(Error::NoDevice)?;
+        let (ib, req, qp) = {
+            let st = self.inner.st.lock();
+            (st.ib, st.req.clone(), st.qp.clone())
+        };
+        let (Some(ib), Some(req)) = (ib, req) else {
+            return Err(Error::InvalidState { op: "accept", state: self.state() });
+        };
+        let qpn = qp.as_ref().map(|q| q.qp_num().value()).or(param.map(|p| p.qp_num));
+        let qpn = qpn
+            .filter(|q| *q >= 2)
+            .ok_or(Error::InvalidArgument("create a QP on the id (or name one) first"))?;
+        let neg = rdma::accept_values(param, &req, self.caps());
+        let seq = registry::rand32() & 0xff_ffff;
+        self.inner.st.lock().seq_num = seq;
+        if let Some(qp) = &qp {
+            let attrs = dev.shared.cm_call(move |cm, _| cm.qp_attrs(ib))??;
+            let mut p = param.cloned().unwrap_or_default();
+            p.responder_resources = neg.responder_resources;
+            p.initiator_depth = neg.initiator_depth;
+            move_qp(qp, &dev, attrs, seq, Some(&p))?;
+        }
+        let rep = rdma::rep_params(qpn, seq, &neg, param.is_some_and(|p| p.srq))?;
+        dev.shared.cm_call(move |cm, now| cm.accept(now, ib, &rep))??;
+        self.wait_sync(CmEventType::Established)
+    }
+
+    /// `rdma_reject`: turns a connection request down; the peer sees REJECTED with status 28
+    /// and this private data (at most 148 bytes).
+    pub fn reject(&mut self, private_data: &[u8]) -> Result<()> {
+        self.expect("reject", &[CmIdState::Connect])?;
+        if private_data.len() > rdma::REJ_PRIVATE_DATA {
+            return Err(Error::PrivateDataTooLong { len: private_data.len(), max: rdma::REJ_PRIVATE_DATA });
+        }
+        let dev = self.dev.clone().ok_or(Error::NoDevice)?;
+        let ib = self.ib_id("reject")?;
+        let pd = private_data.to_vec();
+        dev.shared.cm_call(move |cm, now| cm.reject(now, ib, RejReason::ConsumerDefined, &[], &pd))??;
+        self.inner.st.lock().state = CmIdState::Disconnect;
+        Ok(())
+    }
+
+    /// `rdma_establish`: tells the CM the connection is up before the RTU arrived (the
+    /// passive QP received its first packet), or — on an active id without a QP, after
+    /// CONNECT_RESPONSE — sends the RTU.
+    pub fn establish(&mut self) -> Result<()> {
+        let dev = self.dev.clone().ok_or(Error::NoDevice)?;
+        let ib = self.ib_id("establish")?;
+        let passive = self.inner.st.lock().req.is_some();
+        if passive {
+            dev.shared.cm_call(move |cm, _| cm.establish(ib))??;
+        } else {
+            dev.shared.cm_call(move |cm, now| cm.ready_to_use(now, ib, &[]))??;
+            self.inner.st.lock().state = CmIdState::Established;
+        }
+        Ok(())
+    }
+
+    /// `rdma_disconnect`: the QP to ERR (its outstanding work flushes), then the DREQ (or the
+    /// DREP, if the peer disconnected first). Both sides get DISCONNECTED.
+    pub fn disconnect(&mut self) -> Result<()> {
+        self.expect("disconnect", &[CmIdState::Connect, CmIdState::Established, CmIdState::Disconnect])?;
+        let dev = self.dev.clone().ok_or(Error::NoDevice)?;
+        if let Some(qp) = &self.qp {
+            qp.modify(&QpAttrs::error())?;
+        }
+        let ib = self.ib_id("disconnect")?;
+        let r = dev.shared.cm_call(move |cm, now| cm.disconnect(now, ib))?;
+        // Disconnecting twice, or after the peer's DREQ was answered, is not an error.
+        if let Err(e) = r
+            && self.state() != CmIdState::Disconnect
+        {
+            return Err(e.into());
+        }
+        self.inner.st.lock().state = CmIdState::Disconnect;
+        Ok(())
+    }
+
+    /// `rdma_destroy_id` (the same as dropping the id).
+    pub fn destroy(self) {}
+}
+
+impl Drop for CmId {
+    fn drop(&mut self) {
+        let (ib, listens) = {
+            let mut st = self.inner.st.lock();
+            st.state = CmIdState::Destroyed;
+            st.binding = None;
+            st.qp = None;
+            (st.ib.take(), std::mem::take(&mut st.listens))
+        };
+        self.inner.channel.purge(&self.inner);
+        if let (Some(ib), Some(dev)) = (ib, &self.dev) {
+            let weak = Arc::downgrade(&dev.shared);
+            let _ = dev.shared.cm_call(move |cm, now| {
+                let _ = cm.destroy(now, ib);
+                if let Some(s) = weak.upgrade() {
+                    s.rdma_cm.lock().conns.remove(&ib.0);
+                }
+            });
+        }
+        for d in listens.iter().filter_map(|w| w.upgrade()) {
+            let inner = self.inner.clone();
+            let weak = Arc::downgrade(&d.shared);
+            let _ = d.shared.cm_call(move |cm, _| {
+                let Some(s) = weak.upgrade() else { return };
+                let mut g = s.rdma_cm.lock();
+                let Some(pos) = g.listeners.iter().position(|(_, i)| Arc::ptr_eq(i, &inner)) else { return };
+                let (l, _) = g.listeners.remove(pos);
+                if !g.listeners.iter().any(|(x, _)| x.service_id() == l.service_id()) {
+                    let _ = cm.cancel_listen(l.service_id());
+                }
+            });
+        }
+        self.qp = None;
+    }
+}
+
+/// Moves a QP to RTR and RTS with the CM's attributes (`rdma_init_qp_attr` +
+/// `ibv_modify_qp`).
+fn move_qp(qp: &QueuePair, dev: &Device, attrs: CmQpAttrs, seq: u32, conn: Option<&ConnParam>) -> Result<()> {
+    let o = rdma::RdmaQpOverrides {
+        responder_resources: conn.map(|c| c.responder_resources).filter(|v| *v != rdma::RDMA_MAX_RESP_RES),
+        initiator_depth: conn.map(|c| c.initiator_depth).filter(|v| *v != rdma::RDMA_MAX_INIT_DEPTH),
+        ack_timeout: None,
+        min_rnr_timer: None,
+    };
+    let a = rdma::rdma_qp_attrs(attrs, seq, &o);
+    if a.transport != CmTransport::Rc {
+        return Err(Error::NotSupported("connections other than RC"));
+    }
+    let local = Gid(a.path.local_gid).to_ip();
+    let sgid = dev.gid_index_for(local).unwrap_or_else(|| dev.default_gid_index());
+    let mut av = AddressVector::new(Gid(a.path.remote_gid), sgid);
+    av.hop_limit = a.path.hop_limit;
+    av.traffic_class = a.path.traffic_class;
+    av.flow_label = a.path.flow_label;
+    av.sl = a.path.sl;
+    let mtu = Mtu::from_ibv(u32::from(a.path_mtu)).unwrap_or(Mtu::Mtu1024).min(dev.shared.port.active_mtu);
+    let mut rtr = QpAttrs::rtr(av, mtu, Qpn::new(a.dest_qpn), Psn::new(a.rq_psn));
+    rtr.max_dest_rd_atomic = Some(a.max_dest_rd_atomic);
+    rtr.min_rnr_timer = Some(a.min_rnr_timer);
+    if qp.state() == QpState::Init {
+        qp.modify(&rtr)?;
+    }
+    let mut rts = QpAttrs::rts(Psn::new(a.sq_psn));
+    rts.retry_cnt = Some(a.retry_cnt);
+    rts.rnr_retry = Some(a.rnr_retry);
+    rts.max_rd_atomic = Some(a.max_rd_atomic);
+    rts.timeout = Some(a.timeout);
+    qp.modify(&rts)?;
+    Ok(())
+}
+
+/// Installs the RDMA CM's handler of a device's IB CM events (at [`Device::open`]).
+pub(crate) fn install(shared: &Arc<DeviceShared>) {
+    let weak = Arc::downgrade(shared);
+    *shared.cm_sink.lock() = Some(Box::new(move |cm, now, ev| {
+        if let Some(s) = weak.upgrade() {
+            on_cm_event(&s, cm, now, ev);
+        }
+    }));
+}
+
+/// One IB CM event, on the engine thread (`cma_ib_handler`, `cma_ib_req_handler`).
+pub(crate) fn on_cm_event(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time, ev: IbEvent) {
+    let ib = ev.id();
+    if let IbEvent::ReqReceived { id, req, .. } = ev {
+        on_request(shared, cm, now, id, req);
+        return;
+    }
+    let Some(inner) = shared.rdma_cm.lock().conns.get(&ib.0).cloned() else { return };
+    let Some((kind, status)) = rdma::rdma_event(&ev, true) else { return };
+    match ev {
+        IbEvent::RepReceived { rep, .. } => {
+            // Cover the application's time until it takes the event (librdmacm sends the
+            // RTU from rdma_get_cm_event).
+            let _ = cm.mra(now, ib, rdma::CMA_CM_MRA_SERVICE_TIMEOUT, true, &[]);
+            let param = EventParam::Conn(ConnEventParam {
+                private_data: rep.private_data.clone(),
+                responder_resources: rep.responder_resources,
+                initiator_depth: rep.initiator_depth,
+                flow_control: rep.flow_control,
+                retry_count: 0,
+                rnr_retry_count: rep.rnr_retry_count,
+                srq: rep.srq,
+                qp_num: rep.remote_qpn,
+            });
+            inner.st.lock().rep = Some(rep);
+            inner.push(CmEventType::ConnectResponse, 0, param);
+        }
+        IbEvent::RtuReceived { private_data, .. } => {
+            inner.st.lock().state = CmIdState::Established;
+            inner.push(kind, status, EventParam::Conn(ConnEventParam { private_data, ..Default::default() }));
+        }
+        IbEvent::UserEstablished { .. } => {
+            inner.st.lock().state = CmIdState::Established;
+            inner.push(kind, status, EventParam::None);
+        }
+        IbEvent::RejReceived { private_data, .. } => {
+            inner.st.lock().state = CmIdState::Disconnect;
+            inner.push(kind, status, EventParam::Conn(ConnEventParam { private_data, ..Default::default() }));
+        }
+        IbEvent::DreqReceived { .. } | IbEvent::DrepReceived { .. } => disconnected(&inner, kind, status),
+        IbEvent::SendError { .. } if kind == CmEventType::Disconnected => disconnected(&inner, kind, status),
+        IbEvent::SendError { .. } => {
+            inner.st.lock().state = CmIdState::Disconnect;
+            inner.push(kind, status, EventParam::None);
+        }
+        IbEvent::TimewaitExit { .. } => {
+            shared.rdma_cm.lock().conns.remove(&ib.0);
+            inner.push(kind, status, EventParam::None);
+        }
+        _ => {}
+    }
+}
+
+/// DISCONNECTED, once per connection.
+fn disconnected(inner: &Arc<IdInner>, kind: CmEventType, status: i32) {
+    let mut st = inner.st.lock();
+    if st.disconnected {
+        return;
+    }
+    st.disconnected = true;
+    st.state = CmIdState::Disconnect;
+    drop(st);
+    inner.push(kind, status, EventParam::None);
+}
+
+/// A connection request: matched to a listener (else REJ 28, as `cma_ib_req_handler`'s
+/// failure), a new id, the delayed MRA, CONNECT_REQUEST on the listener's channel.
+fn on_request(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time, id: IbCmId, req: Box<ReqInfo>) {
+    let listeners: Vec<(RdmaListen, Arc<IdInner>)> = shared.rdma_cm.lock().listeners.clone();
+    let ls: Vec<RdmaListen> = listeners.iter().map(|(l, _)| *l).collect();
+    let addrs = &shared.addresses;
+    let m = rdma::match_request(
+        &ls,
+        req.service_id,
+        &req.private_data,
+        RequestKind::Connect(req.transport),
+        |ip: IpAddr| addrs.contains(&ip),
+    );
+    let Ok(m) = m else {
+        let _ = cm.reject(now, id, RejReason::ConsumerDefined, &[], &[]);
+        return;
+    };
+    let listener = listeners[m.listener].1.clone();
+    if listener.state() != CmIdState::Listen {
+        let _ = cm.reject(now, id, RejReason::ConsumerDefined, &[], &[]);
+        return;
+    }
+    // A synchronous listener's new id is synchronous too, with a channel of its own.
+    let channel = if listener.sync {
+        match ChannelInner::new() {
+            Ok(c) => c,
+            Err(_) => {
+                let _ = cm.reject(now, id, RejReason::ConsumerDefined, &[], &[]);
+                return;
+            }
+        }
+    } else {
+        listener.channel.clone()
+    };
+    let new = IdInner::new(channel, listener.sync, listener.ps);
+    {
+        let mut st = new.st.lock();
+        st.state = CmIdState::Connect;
+        st.dev = shared.weak_self.get().cloned();
+        st.src = Some(m.local);
+        st.dst = Some(m.peer);
+        st.ib = Some(id);
+        st.req = Some(req.clone());
+    }
+    shared.rdma_cm.lock().conns.insert(id.0, new.clone());
+    let _ = cm.mra(now, id, rdma::CMA_CM_MRA_SERVICE_TIMEOUT, true, &[]);
+    let param = EventParam::Conn(ConnEventParam {
+        private_data: m.private_data,
+        responder_resources: req.responder_resources,
+        initiator_depth: req.initiator_depth,
+        flow_control: req.flow_control,
+        retry_count: req.retry_count,
+        rnr_retry_count: req.rnr_retry_count,
+        srq: req.srq,
+        qp_num: req.remote_qpn,
+    });
+    let mut ev = EventData::new(CmEventType::ConnectRequest, 0, new, param);
+    ev.listen = Some(listener.clone());
+    ev.new_id = true;
+    listener.channel.push(ev);
+}

@@ -1,0 +1,232 @@
+//! What the RDMA CM shares across a process: the open devices it can use (every
+//! [`Device::open`] registers its device), the rule that picks one for an address, the device
+//! opener used when none serves it, the per-device default protection domain (librdmacm's
+//! `id->pd`), and the ports bound in each port space.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Weak};
+
+use parking_lot::{Mutex, RwLock};
+
+use super::error::{Error, Result};
+use crate::verbs::device::WeakDevice;
+use crate::verbs::{Device, DeviceConfig, ProtectionDomain};
+use crate::wire::cma::PortSpace;
+
+/// Opens a device for a local address when no open device serves it.
+pub type DeviceOpener = dyn Fn(IpAddr) -> crate::verbs::Result<Device> + Send + Sync;
+
+static DEVICES: Mutex<Vec<WeakDevice>> = Mutex::new(Vec::new());
+static OPENER: RwLock<Option<Arc<DeviceOpener>>> = RwLock::new(None);
+
+/// Remembers an open device (called by [`Device::open`]).
+pub(crate) fn register(dev: &Device) {
+    super::id::install(&dev.shared);
+    let mut d = DEVICES.lock();
+    d.retain(|w| w.is_alive());
+    d.push(dev.downgrade());
+}
+
+/// Every open device, in the order they were opened.
+pub fn devices() -> Vec<Device> {
+    let mut d = DEVICES.lock();
+    d.retain(|w| w.is_alive());
+    d.iter().filter_map(|w| w.upgrade()).collect()
+}
+
+/// Sets how the RDMA CM opens a device for a local address no open device serves (for
+/// example with the raw backend, or through a C library's device table). The default opens a
+/// UDP device on the address ([`DeviceConfig::new`]); on a loopback address already taken by
+/// another process it tries 127.0.0.1 … 127.0.0.64.
+pub fn set_device_opener(opener: Option<Arc<DeviceOpener>>) {
+    *OPENER.write() = opener;
+}
+
+/// The open device that serves local address `ip`, if any (the most recently opened).
+pub fn device_serving(ip: IpAddr) -> Option<Device> {
+    devices().into_iter().rev().find(|d| d.shared.addresses.contains(&ip))
+}
+
+fn open(ip: IpAddr) -> Result<Device> {
+    let opener = OPENER.read().clone();
+    let r = match &opener {
+        Some(f) => f(ip),
+        None => Device::open(DeviceConfig::new(ip.to_string())),
+    };
+    r.map_err(|e| Error::AddrNotAvailable { addr: ip, why: e.to_string() })
+}
+
+/// The device for local address `ip`: an open one that serves it, else a new one.
+pub(crate) fn device_for_local(ip: IpAddr) -> Result<Device> {
+    if let Some(d) = device_serving(ip) {
+        return Ok(d);
+    }
+    open(ip)
+}
+
+/// The local address the kernel's routing would send from towards `dst` (nothing is sent).
+fn route_source(dst: IpAddr) -> Option<IpAddr> {
+    let bind: IpAddr =
+        if dst.is_ipv4() { [0, 0, 0, 0].into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() };
+    let s = std::net::UdpSocket::bind((bind, 0)).ok()?;
+    s.connect((dst, 4791)).ok()?;
+    s.local_addr().ok().map(|a| a.ip())
+}
+
+/// The device and source address an active id uses towards `dst` without an explicit source
+/// (`rdma_resolve_addr` with no source: the route's source address and the device that owns
+/// it). In order: an open device serving the route's source address; for a loopback
+/// destination, an open device on a loopback address; an open device serving `dst` itself
+/// (a connection within one device); a device opened on the route's source address (on
+/// loopback, the first of 127.0.0.1 … 127.0.0.64 that can be opened).
+pub(crate) fn device_towards(dst: IpAddr) -> Result<(Device, IpAddr)> {
+    let src = route_source(dst);
+    let devs = devices();
+    if let Some(s) = src
+        && let Some(d) = devs.iter().rev().find(|d| d.shared.addresses.contains(&s))
+    {
+        return Ok((d.clone(), s));
+    }
+    if dst.is_loopback()
+        && let Some((d, a)) = devs.iter().rev().find_map(|d| {
+            d.shared
+                .addresses
+                .iter()
+                .find(|a| a.is_loopback() && a.is_ipv4() == dst.is_ipv4())
+                .map(|a| (d, *a))
+        })
+    {
+        return Ok((d.clone(), a));
+    }
+    if let Some(d) = devs.iter().rev().find(|d| d.shared.addresses.contains(&dst)) {
+        return Ok((d.clone(), dst));
+    }
+    let Some(s) = src else {
+        return Err(Error::AddrNotAvailable { addr: dst, why: "no route to it".into() });
+    };
+    match open(s) {
+        Ok(d) => Ok((d, s)),
+        Err(e) if s.is_loopback() && s.is_ipv4() => {
+            for i in 1..=64u8 {
+                let a = IpAddr::from([127, 0, 0, i]);
+                if a != s
+                    && a != dst
+                    && let Ok(d) = open(a)
+                {
+                    return Ok((d, a));
+                }
+            }
+            Err(e)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The devices a wildcard listener on `family` listens on: every open device with an
+/// address of the family (`any_family`: every open device).
+pub(crate) fn devices_for_wildcard(v4: bool, any_family: bool) -> Vec<Device> {
+    devices()
+        .into_iter()
+        .filter(|d| any_family || d.shared.addresses.iter().any(|a| a.is_ipv4() == v4))
+        .collect()
+}
+
+static PDS: Mutex<Vec<(WeakDevice, Weak<ProtectionDomain>)>> = Mutex::new(Vec::new());
+
+/// The device's default protection domain, shared by the ids on it (librdmacm allocates one
+/// per device and gives it to every id: `id->pd`).
+pub(crate) fn default_pd(dev: &Device) -> Result<Arc<ProtectionDomain>> {
+    let mut pds = PDS.lock();
+    pds.retain(|(d, p)| d.is_alive() && p.strong_count() > 0);
+    if let Some(pd) = pds.iter().find(|(d, _)| d.is(dev)).and_then(|(_, p)| p.upgrade()) {
+        return Ok(pd);
+    }
+    let pd = Arc::new(dev.alloc_pd()?);
+    pds.push((dev.downgrade(), Arc::downgrade(&pd)));
+    Ok(pd)
+}
+
+/// A port bound in a port space (`rdma_bind_addr`); released when dropped.
+#[derive(Debug)]
+pub(crate) struct PortBinding {
+    ps: PortSpace,
+    addr: SocketAddr,
+    id: u64,
+}
+
+impl PortBinding {
+    /// The bound address and port.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+struct Bound {
+    ip: IpAddr,
+    id: u64,
+    reuse: bool,
+}
+
+/// The ids bound to each (port space, port).
+type PortTable = HashMap<(PortSpace, u16), Vec<Bound>>;
+
+static PORTS: Mutex<Option<PortTable>> = Mutex::new(None);
+
+/// The kernel's default ephemeral range (`ip_local_port_range`).
+const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
+
+fn conflicts(list: &[Bound], ip: IpAddr, reuse: bool) -> bool {
+    list.iter().any(|b| {
+        let overlap = b.ip.is_unspecified() || ip.is_unspecified() || b.ip == ip;
+        overlap && !(reuse && b.reuse)
+    })
+}
+
+/// Binds `addr` in `ps` for id `id` (port 0: a free ephemeral port).
+pub(crate) fn bind_port(ps: PortSpace, addr: SocketAddr, id: u64, reuse: bool) -> Result<PortBinding> {
+    let mut g = PORTS.lock();
+    let map = g.get_or_insert_with(HashMap::new);
+    let port = if addr.port() != 0 {
+        if map.get(&(ps, addr.port())).is_some_and(|l| conflicts(l, addr.ip(), reuse)) {
+            return Err(Error::AddrInUse(addr));
+        }
+        addr.port()
+    } else {
+        let span = u32::from(EPHEMERAL.end() - EPHEMERAL.start()) + 1;
+        let start = (rand32() % span) as u16;
+        let free = (0..span as u16)
+            .map(|i| EPHEMERAL.start() + (start + i) % span as u16)
+            .find(|p| !map.get(&(ps, *p)).is_some_and(|l| conflicts(l, addr.ip(), false)));
+        free.ok_or(Error::NoFreePort)?
+    };
+    map.entry((ps, port)).or_default().push(Bound { ip: addr.ip(), id, reuse });
+    Ok(PortBinding { ps, addr: SocketAddr::new(addr.ip(), port), id })
+}
+
+impl Drop for PortBinding {
+    fn drop(&mut self) {
+        let mut g = PORTS.lock();
+        if let Some(map) = g.as_mut()
+            && let Some(list) = map.get_mut(&(self.ps, self.addr.port()))
+        {
+            list.retain(|b| b.id != self.id);
+            if list.is_empty() {
+                map.remove(&(self.ps, self.addr.port()));
+            }
+        }
+    }
+}
+
+/// A random 32-bit number (ports, PSNs, comm ID seeds).
+pub(crate) fn rand32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(N.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
+    );
+    h.finish() as u32
+}

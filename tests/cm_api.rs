@@ -1,0 +1,261 @@
+//! The rdma_cm-shaped API between two softroce devices on loopback: connect, accept, a SEND
+//! each way, disconnect from either side; synchronous ids; reject; nobody listening.
+
+mod common;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use softroce::verbs::cm::{
+    CmEventType, CmId, CmIdState, ConnParam, Error as CmError, EventChannel, PortSpace,
+};
+use softroce::verbs::*;
+
+fn dev() -> (Device, IpAddr) {
+    let ip = common::verbs::loopback_ip();
+    let d = Device::open(DeviceConfig::new(ip.clone())).unwrap();
+    (d, ip.parse().unwrap())
+}
+
+const T: Duration = Duration::from_secs(10);
+
+/// The verbs objects of one side of a connection.
+struct Res {
+    _pd: ProtectionDomain,
+    cq: CompletionQueue,
+    mr: MemoryRegion,
+}
+
+fn make_qp(id: &mut CmId) -> Res {
+    let dev = id.device().unwrap().clone();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64).unwrap();
+    let mr = pd.alloc_mr(4096, Access::ALL).unwrap();
+    id.create_qp(Some(&pd), &QpInitAttr::rc(&cq, &cq)).unwrap();
+    assert_eq!(id.qp().unwrap().state(), QpState::Init);
+    Res { _pd: pd, cq, mr }
+}
+
+fn wait_wc(cq: &CompletionQueue) -> WorkCompletion {
+    let mut wc = [WorkCompletion::new(0, WcStatus::GeneralErr, WcOpcode::Send, Qpn::new(0))];
+    assert_eq!(cq.poll_wait(&mut wc, T).unwrap(), 1, "no completion");
+    wc[0]
+}
+
+/// One SEND from `a` into a receive posted on `b`.
+fn exchange(a: &CmId, ra: &Res, b: &CmId, rb: &Res, msg: &[u8]) {
+    rb.mr.fill(0, 64, 0).unwrap();
+    b.qp().unwrap().post_recv(RecvWr::new(7, &[rb.mr.sge(0, 64)])).unwrap();
+    ra.mr.write(0, msg).unwrap();
+    a.qp().unwrap().post_send(SendWr::new(8, SendOp::Send, &[ra.mr.sge(0, msg.len() as u32)])).unwrap();
+    let w = wait_wc(&ra.cq);
+    assert_eq!(w.status, WcStatus::Success);
+    let w = wait_wc(&rb.cq);
+    assert_eq!((w.status, w.byte_len as usize), (WcStatus::Success, msg.len()));
+    let mut got = vec![0u8; msg.len()];
+    rb.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, msg);
+}
+
+fn next(ch: &EventChannel, want: CmEventType) -> softroce::verbs::cm::CmEvent {
+    let ev = ch.get_event_timeout(T).unwrap();
+    assert_eq!(ev.event_type(), want, "{ev:?}");
+    ev
+}
+
+/// A listener on a fresh device; returns it, its channel and the address to connect to.
+fn listener(ch: Option<&EventChannel>, port: u16) -> (CmId, SocketAddr, Device) {
+    let (d, ip) = dev();
+    let mut l = CmId::new(ch, PortSpace::Tcp).unwrap();
+    let addr = SocketAddr::new(ip, port);
+    l.bind_addr(addr).unwrap();
+    l.listen(8).unwrap();
+    assert_eq!(l.state(), CmIdState::Listen);
+    (l, addr, d)
+}
+
+#[test]
+fn connect_accept_exchange_and_disconnect_with_channels() {
+    let sch = EventChannel::new().unwrap();
+    let (_l, addr, _ds) = listener(Some(&sch), 7001);
+    let (_dc, cip) = dev();
+    let cch = EventChannel::new().unwrap();
+    let mut c = CmId::new(Some(&cch), PortSpace::Tcp).unwrap();
+    c.resolve_addr(Some(SocketAddr::new(cip, 0)), addr, T).unwrap();
+    next(&cch, CmEventType::AddrResolved);
+    c.resolve_route(T).unwrap();
+    next(&cch, CmEventType::RouteResolved);
+    let rc = make_qp(&mut c);
+    let param = ConnParam {
+        private_data: b"hello server".to_vec(),
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..Default::default()
+    };
+    c.connect(Some(&param)).unwrap();
+
+    let mut req = next(&sch, CmEventType::ConnectRequest);
+    assert_eq!(&req.private_data()[..12], b"hello server");
+    assert_eq!(req.private_data().len(), 56, "Linux reports the REQ's whole user area");
+    let mut s = req.take_id().unwrap();
+    drop(req);
+    assert_eq!(s.dst_addr().unwrap().ip(), cip);
+    assert_eq!(s.dst_addr().unwrap().port(), c.src_addr().unwrap().port());
+    let rs = make_qp(&mut s);
+    s.accept(Some(&ConnParam {
+        private_data: b"welcome".to_vec(),
+        responder_resources: 1,
+        initiator_depth: 1,
+        rnr_retry_count: 7,
+        ..Default::default()
+    }))
+    .unwrap();
+
+    let ev = next(&cch, CmEventType::Established);
+    assert_eq!(&ev.private_data()[..7], b"welcome");
+    drop(ev);
+    next(&sch, CmEventType::Established);
+    assert_eq!(c.qp().unwrap().state(), QpState::Rts);
+    assert_eq!(s.qp().unwrap().state(), QpState::Rts);
+
+    exchange(&c, &rc, &s, &rs, b"ping from the client");
+    exchange(&s, &rs, &c, &rc, b"pong from the server");
+
+    c.disconnect().unwrap();
+    next(&sch, CmEventType::Disconnected);
+    s.disconnect().unwrap();
+    next(&cch, CmEventType::Disconnected);
+    assert_eq!(c.qp().unwrap().state(), QpState::Err);
+    // Each side reports DISCONNECTED once, then TIMEWAIT_EXIT.
+    next(&cch, CmEventType::TimewaitExit);
+    assert!(cch.try_get_event().unwrap().is_none());
+    let dc = c.device().unwrap().counters().unwrap();
+    assert_eq!(dc.cm.established, 1);
+}
+
+#[test]
+fn the_passive_side_may_disconnect_first() {
+    let sch = EventChannel::new().unwrap();
+    let (_l, addr, _ds) = listener(Some(&sch), 7002);
+    let (_dc, cip) = dev();
+    // A synchronous client against an asynchronous server.
+    let mut c = CmId::new(None, PortSpace::Tcp).unwrap();
+    c.resolve_addr(Some(SocketAddr::new(cip, 0)), addr, T).unwrap();
+    c.resolve_route(T).unwrap();
+    let rc = make_qp(&mut c);
+    let server = std::thread::spawn(move || {
+        let mut req = next(&sch, CmEventType::ConnectRequest);
+        let mut s = req.take_id().unwrap();
+        drop(req);
+        let rs = make_qp(&mut s);
+        s.accept(None).unwrap();
+        next(&sch, CmEventType::Established);
+        (s, rs, sch)
+    });
+    c.connect(None).unwrap();
+    assert_eq!(c.state(), CmIdState::Established);
+    let (mut s, rs, sch) = server.join().unwrap();
+    exchange(&c, &rc, &s, &rs, b"sync client");
+    s.disconnect().unwrap();
+    // The client answers the DREQ (or crosses it with its own): the server's DISCONNECTED.
+    c.disconnect().unwrap();
+    next(&sch, CmEventType::Disconnected);
+    assert_eq!(c.state(), CmIdState::Disconnect);
+}
+
+#[test]
+fn synchronous_listener_and_client() {
+    let (l, addr, _ds) = listener(None, 7003);
+    let (_dc, cip) = dev();
+    let server = std::thread::spawn(move || {
+        let mut s = l.get_request().unwrap();
+        let rs = make_qp(&mut s);
+        s.accept(None).unwrap();
+        assert_eq!(s.state(), CmIdState::Established);
+        (s, rs, l)
+    });
+    let mut c = CmId::new(None, PortSpace::Tcp).unwrap();
+    c.resolve_addr(Some(SocketAddr::new(cip, 0)), addr, T).unwrap();
+    c.resolve_route(T).unwrap();
+    let rc = make_qp(&mut c);
+    c.connect(None).unwrap();
+    let (s, rs, _l) = server.join().unwrap();
+    exchange(&s, &rs, &c, &rc, b"from a synchronous server");
+}
+
+#[test]
+fn reject_reaches_the_client_as_connection_refused() {
+    let sch = EventChannel::new().unwrap();
+    let (_l, addr, _ds) = listener(Some(&sch), 7004);
+    let (_dc, cip) = dev();
+    let server = std::thread::spawn(move || {
+        let mut req = next(&sch, CmEventType::ConnectRequest);
+        let mut s = req.take_id().unwrap();
+        s.reject(b"go away").unwrap();
+        drop(req);
+        s
+    });
+    let mut c = CmId::new(None, PortSpace::Tcp).unwrap();
+    c.resolve_addr(Some(SocketAddr::new(cip, 0)), addr, T).unwrap();
+    c.resolve_route(T).unwrap();
+    let _rc = make_qp(&mut c);
+    match c.connect(None) {
+        Err(CmError::ConnectionRefused { reason, private_data }) => {
+            assert_eq!(reason, 28);
+            assert_eq!(&private_data[..7], b"go away");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(CmError::ConnectionRefused { reason: 28, private_data: vec![] }.errno(), libc::ECONNREFUSED);
+    server.join().unwrap();
+}
+
+#[test]
+fn nobody_listening_is_rejected_at_once_with_reason_8() {
+    let (_ds, sip) = dev();
+    let (_dc, cip) = dev();
+    let ch = EventChannel::new().unwrap();
+    let mut c = CmId::new(Some(&ch), PortSpace::Tcp).unwrap();
+    c.resolve_addr(Some(SocketAddr::new(cip, 0)), SocketAddr::new(sip, 7005), T).unwrap();
+    next(&ch, CmEventType::AddrResolved);
+    c.resolve_route(T).unwrap();
+    next(&ch, CmEventType::RouteResolved);
+    let _rc = make_qp(&mut c);
+    let t0 = std::time::Instant::now();
+    c.connect(None).unwrap();
+    let ev = next(&ch, CmEventType::Rejected);
+    assert_eq!(ev.status(), 8);
+    assert!(t0.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn a_request_whose_event_is_dropped_is_rejected() {
+    let sch = EventChannel::new().unwrap();
+    let (_l, addr, _ds) = listener(Some(&sch), 7006);
+    let (_dc, cip) = dev();
+    let server = std::thread::spawn(move || {
+        // The application never takes the new id: destroying it rejects the request.
+        next(&sch, CmEventType::ConnectRequest);
+        sch
+    });
+    let mut c = CmId::new(None, PortSpace::Tcp).unwrap();
+    c.resolve_addr(Some(SocketAddr::new(cip, 0)), addr, T).unwrap();
+    c.resolve_route(T).unwrap();
+    let _rc = make_qp(&mut c);
+    assert!(matches!(c.connect(None), Err(CmError::ConnectionRefused { reason: 28, .. })));
+    server.join().unwrap();
+}
+
+#[test]
+fn bad_calls_are_typed_errors() {
+    let mut c = CmId::new(None, PortSpace::Tcp).unwrap();
+    assert!(matches!(c.connect(None), Err(CmError::InvalidState { .. })));
+    assert!(matches!(c.listen(1), Err(CmError::InvalidState { .. })));
+    assert!(matches!(CmId::new(None, PortSpace::Ib), Err(CmError::PortSpace(_))));
+    let (_d, ip) = dev();
+    c.bind_addr(SocketAddr::new(ip, 7007)).unwrap();
+    let mut c2 = CmId::new(None, PortSpace::Tcp).unwrap();
+    assert!(matches!(c2.bind_addr(SocketAddr::new(ip, 7007)), Err(CmError::AddrInUse(_))));
+}
