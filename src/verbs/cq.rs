@@ -53,6 +53,21 @@ impl CqShared {
         true
     }
 
+    /// Engine side: drops the completions of QP `qpn` still queued (a QP moved to Reset),
+    /// keeping the others in order.
+    pub(crate) fn remove_qp(&self, qpn: u32) {
+        let mut keep = Vec::new();
+        while let Some(wc) = self.queue.pop() {
+            if wc.qp_num.value() != qpn {
+                keep.push(wc);
+            }
+        }
+        for wc in keep {
+            // Cannot overflow: these came out of the queue, and only the engine pushes.
+            let _ = self.queue.push(wc);
+        }
+    }
+
     /// Engine side: signals a waiter, if one armed the notification.
     pub(crate) fn notify(&self) {
         if self.armed.swap(false, Ordering::SeqCst) {
