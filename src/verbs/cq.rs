@@ -20,7 +20,10 @@ use crate::transport::WorkCompletion;
 
 pub(crate) struct CqShared {
     pub id: u32,
-    pub queue: ArrayQueue<WorkCompletion>,
+    /// Behind a lock only for [`CompletionQueue::resize`] and [`CqShared::remove_qp`] (write);
+    /// the engine's pushes and the application's polls share it (read) and stay lock-free
+    /// among themselves.
+    pub queue: parking_lot::RwLock<ArrayQueue<WorkCompletion>>,
     pub overflowed: AtomicBool,
     armed: AtomicBool,
     notify_tx: UnixStream,
@@ -34,7 +37,7 @@ impl CqShared {
         tx.set_nonblocking(true)?;
         Ok(CqShared {
             id,
-            queue: ArrayQueue::new(cqe.max(1)),
+            queue: parking_lot::RwLock::new(ArrayQueue::new(cqe.max(1))),
             overflowed: AtomicBool::new(false),
             armed: AtomicBool::new(false),
             notify_tx: tx,
@@ -45,7 +48,7 @@ impl CqShared {
 
     /// Engine side: adds a completion; `false` on overflow.
     pub(crate) fn push(&self, wc: WorkCompletion) -> bool {
-        if self.queue.push(wc).is_err() {
+        if self.queue.read().push(wc).is_err() {
             self.overflowed.store(true, Ordering::SeqCst);
             return false;
         }
@@ -56,16 +59,32 @@ impl CqShared {
     /// Engine side: drops the completions of QP `qpn` still queued (a QP moved to Reset),
     /// keeping the others in order.
     pub(crate) fn remove_qp(&self, qpn: u32) {
+        let queue = self.queue.write();
         let mut keep = Vec::new();
-        while let Some(wc) = self.queue.pop() {
+        while let Some(wc) = queue.pop() {
             if wc.qp_num.value() != qpn {
                 keep.push(wc);
             }
         }
         for wc in keep {
-            // Cannot overflow: these came out of the queue, and only the engine pushes.
-            let _ = self.queue.push(wc);
+            // Cannot overflow: these came out of the queue, and the lock keeps others out.
+            let _ = queue.push(wc);
         }
+    }
+
+    /// Engine side: the queue replaced by one of `cqe` entries holding the same completions.
+    pub(crate) fn resize(&self, cqe: usize) -> Result<()> {
+        let mut queue = self.queue.write();
+        if queue.len() > cqe {
+            return Err(Error::InvalidArgument("the CQ holds more completions than the new size"));
+        }
+        let bigger = ArrayQueue::new(cqe);
+        while let Some(wc) = queue.pop() {
+            // Cannot fail: `cqe` >= the number of completions, and the lock keeps pushes out.
+            let _ = bigger.push(wc);
+        }
+        *queue = bigger;
+        Ok(())
     }
 
     /// Engine side: signals a waiter, if one armed the notification.
@@ -84,7 +103,7 @@ pub struct CompletionQueue {
 
 impl std::fmt::Debug for CompletionQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompletionQueue").field("cqe", &self.shared.queue.capacity()).finish()
+        f.debug_struct("CompletionQueue").field("cqe", &self.shared.queue.read().capacity()).finish()
     }
 }
 
@@ -96,15 +115,30 @@ impl CompletionQueue {
 
     /// Capacity.
     pub fn cqe(&self) -> usize {
-        self.shared.queue.capacity()
+        self.shared.queue.read().capacity()
+    }
+
+    /// `ibv_resize_cq`: gives the CQ room for `cqe` completions (at least 1, at most the
+    /// device's `max_cqe`), keeping the completions it holds, in order. Work posted before the
+    /// call first runs as far as it can without a peer (a UD send's completion is in the CQ
+    /// then). Refused, with nothing changed, when the CQ holds more than `cqe` completions (as
+    /// rxe: `EINVAL`).
+    pub fn resize(&self, cqe: usize) -> Result<()> {
+        let max = self.device.shared.attr.max_cqe as u64;
+        if cqe == 0 || cqe as u64 > max {
+            return Err(Error::Limit { what: "max_cqe", max });
+        }
+        let cq = self.shared.clone();
+        self.device.shared.call(|reply| super::engine::Command::ResizeCq { cq, cqe, reply })?
     }
 
     /// `ibv_poll_cq`: moves up to `out.len()` completions into `out` without blocking;
     /// returns how many. Fails once the CQ overflowed.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
         let mut n = 0;
+        let queue = self.shared.queue.read();
         while n < out.len() {
-            match self.shared.queue.pop() {
+            match queue.pop() {
                 Some(wc) => {
                     out[n] = wc;
                     n += 1;
@@ -120,7 +154,7 @@ impl CompletionQueue {
 
     /// Takes one completion, if any.
     pub fn poll_one(&self) -> Result<Option<WorkCompletion>> {
-        match self.shared.queue.pop() {
+        match self.shared.queue.read().pop() {
             Some(wc) => Ok(Some(wc)),
             None if self.shared.overflowed.load(Ordering::SeqCst) => Err(Error::CqOverflow),
             None => Ok(None),
@@ -130,7 +164,7 @@ impl CompletionQueue {
     /// `ibv_req_notify_cq`: the descriptor becomes readable at the next completion.
     pub fn req_notify(&self) {
         self.shared.armed.store(true, Ordering::SeqCst);
-        if !self.shared.queue.is_empty() {
+        if !self.shared.queue.read().is_empty() {
             self.shared.notify();
         }
     }
@@ -155,7 +189,7 @@ impl CompletionQueue {
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
         let deadline = Instant::now() + timeout;
         loop {
-            if !self.shared.queue.is_empty() {
+            if !self.shared.queue.read().is_empty() {
                 return Ok(true);
             }
             if self.shared.overflowed.load(Ordering::SeqCst) {
@@ -166,7 +200,7 @@ impl CompletionQueue {
                 return Ok(false);
             }
             self.req_notify();
-            if !self.shared.queue.is_empty() {
+            if !self.shared.queue.read().is_empty() {
                 return Ok(true);
             }
             let _ = self.shared.notify_rx.set_nonblocking(false);

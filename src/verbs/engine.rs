@@ -43,15 +43,54 @@ const SOCKET: mio::Token = mio::Token(1);
 
 /// Requests from application threads.
 pub(crate) enum Command {
-    CreateQp { shared: Arc<QpShared>, send_cq: Arc<CqShared>, recv_cq: Arc<CqShared>, reply: Sender<()> },
-    ModifyQp { qpn: u32, attrs: QpAttrs, reply: Sender<Result<()>> },
-    QueryQp { qpn: u32, reply: Sender<Option<QpInfo>> },
-    DestroyQp { qpn: u32, reply: Sender<()> },
+    CreateQp {
+        shared: Arc<QpShared>,
+        send_cq: Arc<CqShared>,
+        recv_cq: Arc<CqShared>,
+        reply: Sender<()>,
+    },
+    ModifyQp {
+        qpn: u32,
+        attrs: QpAttrs,
+        reply: Sender<Result<()>>,
+    },
+    QueryQp {
+        qpn: u32,
+        reply: Sender<Option<QpInfo>>,
+    },
+    DestroyQp {
+        qpn: u32,
+        reply: Sender<()>,
+    },
     Counters(Sender<DeviceCounters>),
-    CreateSrq { shared: Arc<SrqShared>, max_wr: u32, max_sge: u32, limit: u32, reply: Sender<Result<()>> },
-    ModifySrq { srqn: u32, max_wr: Option<u32>, limit: Option<u32>, reply: Sender<Result<()>> },
-    QuerySrq { srqn: u32, reply: Sender<Option<SrqAttr>> },
-    DestroySrq { srqn: u32, reply: Sender<()> },
+    CreateSrq {
+        shared: Arc<SrqShared>,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+        reply: Sender<Result<()>>,
+    },
+    ModifySrq {
+        srqn: u32,
+        max_wr: Option<u32>,
+        limit: Option<u32>,
+        reply: Sender<Result<()>>,
+    },
+    QuerySrq {
+        srqn: u32,
+        reply: Sender<Option<SrqAttr>>,
+    },
+    DestroySrq {
+        srqn: u32,
+        reply: Sender<()>,
+    },
+    /// Resize a CQ once the work already posted has run as far as it can locally (so a UD
+    /// send posted before the resize has its completion counted).
+    ResizeCq {
+        cq: Arc<CqShared>,
+        cqe: usize,
+        reply: Sender<Result<()>>,
+    },
     Shutdown,
 }
 
@@ -289,6 +328,13 @@ impl Engine {
                         },
                     );
                     let _ = reply.send(());
+                }
+                Command::ResizeCq { cq, cqe, reply } => {
+                    self.take_posts();
+                    let now = self.now();
+                    self.transmit(now);
+                    self.publish();
+                    let _ = reply.send(cq.resize(cqe));
                 }
                 Command::ModifyQp { qpn, attrs, reply } => {
                     let r = st.modify(qpn, &attrs);
