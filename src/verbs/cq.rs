@@ -9,14 +9,14 @@
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 
 use super::device::Device;
 use super::error::{Error, Result};
-use crate::transport::WorkCompletion;
+use crate::transport::{WcOpcode, WcStatus, WorkCompletion};
 
 pub(crate) struct CqShared {
     pub id: u32,
@@ -25,7 +25,10 @@ pub(crate) struct CqShared {
     /// among themselves.
     pub queue: parking_lot::RwLock<ArrayQueue<WorkCompletion>>,
     pub overflowed: AtomicBool,
-    armed: AtomicBool,
+    /// `DISARMED`, `ARMED_NEXT` or `ARMED_SOLICITED`.
+    armed: AtomicU8,
+    /// A completion that satisfies a solicited-only arm was pushed since it was armed.
+    solicited_seen: AtomicBool,
     notify_tx: UnixStream,
     notify_rx: UnixStream,
     pub delivered: AtomicU64,
@@ -39,7 +42,8 @@ impl CqShared {
             id,
             queue: parking_lot::RwLock::new(ArrayQueue::new(cqe.max(1))),
             overflowed: AtomicBool::new(false),
-            armed: AtomicBool::new(false),
+            armed: AtomicU8::new(DISARMED),
+            solicited_seen: AtomicBool::new(false),
             notify_tx: tx,
             notify_rx: rx,
             delivered: AtomicU64::new(0),
@@ -48,6 +52,13 @@ impl CqShared {
 
     /// Engine side: adds a completion; `false` on overflow.
     pub(crate) fn push(&self, wc: WorkCompletion) -> bool {
+        // What wakes a solicited-only waiter (as rxe's `rxe_cq_post`): a receive completion of
+        // a message whose last packet had the solicited-event bit, or a failed receive.
+        if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+            && (wc.solicited || wc.status != WcStatus::Success)
+        {
+            self.solicited_seen.store(true, Ordering::SeqCst);
+        }
         if self.queue.read().push(wc).is_err() {
             self.overflowed.store(true, Ordering::SeqCst);
             return false;
@@ -89,11 +100,24 @@ impl CqShared {
 
     /// Engine side: signals a waiter, if one armed the notification.
     pub(crate) fn notify(&self) {
-        if self.armed.swap(false, Ordering::SeqCst) {
+        let fire = match self.armed.load(Ordering::SeqCst) {
+            ARMED_NEXT => self.disarm(ARMED_NEXT),
+            ARMED_SOLICITED => self.solicited_seen.load(Ordering::SeqCst) && self.disarm(ARMED_SOLICITED),
+            _ => false,
+        };
+        if fire {
             let _ = (&self.notify_tx).write(&[1]);
         }
     }
+
+    fn disarm(&self, from: u8) -> bool {
+        self.armed.compare_exchange(from, DISARMED, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+    }
 }
+
+const DISARMED: u8 = 0;
+const ARMED_NEXT: u8 = 1;
+const ARMED_SOLICITED: u8 = 2;
 
 /// A completion queue (`ibv_cq`).
 pub struct CompletionQueue {
@@ -161,12 +185,25 @@ impl CompletionQueue {
         }
     }
 
-    /// `ibv_req_notify_cq`: the descriptor becomes readable at the next completion.
+    /// `ibv_req_notify_cq(cq, 0)`: the descriptor becomes readable at the next completion
+    /// (at once if the CQ holds one already).
     pub fn req_notify(&self) {
-        self.shared.armed.store(true, Ordering::SeqCst);
+        self.shared.armed.store(ARMED_NEXT, Ordering::SeqCst);
         if !self.shared.queue.read().is_empty() {
             self.shared.notify();
         }
+    }
+
+    /// `ibv_req_notify_cq(cq, 1)`: the descriptor becomes readable at the next *solicited*
+    /// completion — a receive of a message sent with the solicited-event bit
+    /// (`SendWr::solicited`) or a failed receive — added after this call
+    /// (as rxe; unsolicited completions and send completions do not wake it). A later
+    /// [`CompletionQueue::req_notify`] widens the arm to any completion.
+    pub fn req_notify_solicited(&self) {
+        self.shared.solicited_seen.store(false, Ordering::SeqCst);
+        // Never narrow an arm for any completion to solicited ones (the IB rule).
+        let _ =
+            self.shared.armed.compare_exchange(DISARMED, ARMED_SOLICITED, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     /// Consumes pending notifications on the descriptor (`ibv_get_cq_event` +

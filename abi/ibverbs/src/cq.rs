@@ -435,19 +435,22 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
     })
 }
 
-/// `ops.req_notify_cq` (`ibv_req_notify_cq`): arms the CQ's next completion event. Softroce
-/// notifies on any completion: `solicited_only` arms the same way (applications poll after an
-/// event anyway; a solicited-only waiter may wake for an unsolicited completion).
+/// `ops.req_notify_cq` (`ibv_req_notify_cq`): arms the CQ's next completion event; with
+/// `solicited_only`, for the next solicited receive or failed receive only (as rxe).
 ///
 /// # Safety
 /// Called through the header inline with the application's object and arrays, as the C
 /// contract says (NULL or foreign objects are refused).
-pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited_only: c_int) -> c_int {
+pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: the inline passes the application's CQ.
         match unsafe { cq_of(cq) } {
             Some(o) => {
-                o.rust.cq.req_notify();
+                if solicited_only != 0 {
+                    o.rust.cq.req_notify_solicited();
+                } else {
+                    o.rust.cq.req_notify();
+                }
                 0
             }
             None => libc::EINVAL,
