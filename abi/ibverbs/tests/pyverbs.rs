@@ -141,5 +141,6 @@ fn pyverbs_modules_pass_on_softroce() {
         }
     }
     let _ = std::fs::remove_dir_all(&suite);
+    let _ = std::fs::remove_dir_all(&lib);
     assert!(bad.is_empty(), "pyverbs regressions:\n{}", bad.join("\n\n"));
 }
