@@ -9,20 +9,26 @@
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 
 use super::device::Device;
 use super::error::{Error, Result};
-use crate::transport::WorkCompletion;
+use crate::transport::{WcOpcode, WcStatus, WorkCompletion};
 
 pub(crate) struct CqShared {
     pub id: u32,
-    pub queue: ArrayQueue<WorkCompletion>,
+    /// Behind a lock only for [`CompletionQueue::resize`] and [`CqShared::remove_qp`] (write);
+    /// the engine's pushes and the application's polls share it (read) and stay lock-free
+    /// among themselves.
+    pub queue: parking_lot::RwLock<ArrayQueue<WorkCompletion>>,
     pub overflowed: AtomicBool,
-    armed: AtomicBool,
+    /// `DISARMED`, `ARMED_NEXT` or `ARMED_SOLICITED`.
+    armed: AtomicU8,
+    /// A completion that satisfies a solicited-only arm was pushed since it was armed.
+    solicited_seen: AtomicBool,
     notify_tx: UnixStream,
     notify_rx: UnixStream,
     pub delivered: AtomicU64,
@@ -34,9 +40,10 @@ impl CqShared {
         tx.set_nonblocking(true)?;
         Ok(CqShared {
             id,
-            queue: ArrayQueue::new(cqe.max(1)),
+            queue: parking_lot::RwLock::new(ArrayQueue::new(cqe.max(1))),
             overflowed: AtomicBool::new(false),
-            armed: AtomicBool::new(false),
+            armed: AtomicU8::new(DISARMED),
+            solicited_seen: AtomicBool::new(false),
             notify_tx: tx,
             notify_rx: rx,
             delivered: AtomicU64::new(0),
@@ -45,7 +52,14 @@ impl CqShared {
 
     /// Engine side: adds a completion; `false` on overflow.
     pub(crate) fn push(&self, wc: WorkCompletion) -> bool {
-        if self.queue.push(wc).is_err() {
+        // What wakes a solicited-only waiter (as rxe's `rxe_cq_post`): a receive completion of
+        // a message whose last packet had the solicited-event bit, or a failed receive.
+        if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+            && (wc.solicited || wc.status != WcStatus::Success)
+        {
+            self.solicited_seen.store(true, Ordering::SeqCst);
+        }
+        if self.queue.read().push(wc).is_err() {
             self.overflowed.store(true, Ordering::SeqCst);
             return false;
         }
@@ -53,13 +67,57 @@ impl CqShared {
         true
     }
 
+    /// Engine side: drops the completions of QP `qpn` still queued (a QP moved to Reset),
+    /// keeping the others in order.
+    pub(crate) fn remove_qp(&self, qpn: u32) {
+        let queue = self.queue.write();
+        let mut keep = Vec::new();
+        while let Some(wc) = queue.pop() {
+            if wc.qp_num.value() != qpn {
+                keep.push(wc);
+            }
+        }
+        for wc in keep {
+            // Cannot overflow: these came out of the queue, and the lock keeps others out.
+            let _ = queue.push(wc);
+        }
+    }
+
+    /// Engine side: the queue replaced by one of `cqe` entries holding the same completions.
+    pub(crate) fn resize(&self, cqe: usize) -> Result<()> {
+        let mut queue = self.queue.write();
+        if queue.len() > cqe {
+            return Err(Error::InvalidArgument("the CQ holds more completions than the new size"));
+        }
+        let bigger = ArrayQueue::new(cqe);
+        while let Some(wc) = queue.pop() {
+            // Cannot fail: `cqe` >= the number of completions, and the lock keeps pushes out.
+            let _ = bigger.push(wc);
+        }
+        *queue = bigger;
+        Ok(())
+    }
+
     /// Engine side: signals a waiter, if one armed the notification.
     pub(crate) fn notify(&self) {
-        if self.armed.swap(false, Ordering::SeqCst) {
+        let fire = match self.armed.load(Ordering::SeqCst) {
+            ARMED_NEXT => self.disarm(ARMED_NEXT),
+            ARMED_SOLICITED => self.solicited_seen.load(Ordering::SeqCst) && self.disarm(ARMED_SOLICITED),
+            _ => false,
+        };
+        if fire {
             let _ = (&self.notify_tx).write(&[1]);
         }
     }
+
+    fn disarm(&self, from: u8) -> bool {
+        self.armed.compare_exchange(from, DISARMED, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+    }
 }
+
+const DISARMED: u8 = 0;
+const ARMED_NEXT: u8 = 1;
+const ARMED_SOLICITED: u8 = 2;
 
 /// A completion queue (`ibv_cq`).
 pub struct CompletionQueue {
@@ -69,7 +127,7 @@ pub struct CompletionQueue {
 
 impl std::fmt::Debug for CompletionQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompletionQueue").field("cqe", &self.shared.queue.capacity()).finish()
+        f.debug_struct("CompletionQueue").field("cqe", &self.shared.queue.read().capacity()).finish()
     }
 }
 
@@ -81,15 +139,30 @@ impl CompletionQueue {
 
     /// Capacity.
     pub fn cqe(&self) -> usize {
-        self.shared.queue.capacity()
+        self.shared.queue.read().capacity()
+    }
+
+    /// `ibv_resize_cq`: gives the CQ room for `cqe` completions (at least 1, at most the
+    /// device's `max_cqe`), keeping the completions it holds, in order. Work posted before the
+    /// call first runs as far as it can without a peer (a UD send's completion is in the CQ
+    /// then). Refused, with nothing changed, when the CQ holds more than `cqe` completions (as
+    /// rxe: `EINVAL`).
+    pub fn resize(&self, cqe: usize) -> Result<()> {
+        let max = self.device.shared.attr.max_cqe as u64;
+        if cqe == 0 || cqe as u64 > max {
+            return Err(Error::Limit { what: "max_cqe", max });
+        }
+        let cq = self.shared.clone();
+        self.device.shared.call(|reply| super::engine::Command::ResizeCq { cq, cqe, reply })?
     }
 
     /// `ibv_poll_cq`: moves up to `out.len()` completions into `out` without blocking;
     /// returns how many. Fails once the CQ overflowed.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
         let mut n = 0;
+        let queue = self.shared.queue.read();
         while n < out.len() {
-            match self.shared.queue.pop() {
+            match queue.pop() {
                 Some(wc) => {
                     out[n] = wc;
                     n += 1;
@@ -105,19 +178,32 @@ impl CompletionQueue {
 
     /// Takes one completion, if any.
     pub fn poll_one(&self) -> Result<Option<WorkCompletion>> {
-        match self.shared.queue.pop() {
+        match self.shared.queue.read().pop() {
             Some(wc) => Ok(Some(wc)),
             None if self.shared.overflowed.load(Ordering::SeqCst) => Err(Error::CqOverflow),
             None => Ok(None),
         }
     }
 
-    /// `ibv_req_notify_cq`: the descriptor becomes readable at the next completion.
+    /// `ibv_req_notify_cq(cq, 0)`: the descriptor becomes readable at the next completion
+    /// (at once if the CQ holds one already).
     pub fn req_notify(&self) {
-        self.shared.armed.store(true, Ordering::SeqCst);
-        if !self.shared.queue.is_empty() {
+        self.shared.armed.store(ARMED_NEXT, Ordering::SeqCst);
+        if !self.shared.queue.read().is_empty() {
             self.shared.notify();
         }
+    }
+
+    /// `ibv_req_notify_cq(cq, 1)`: the descriptor becomes readable at the next *solicited*
+    /// completion — a receive of a message sent with the solicited-event bit
+    /// (`SendWr::solicited`) or a failed receive — added after this call
+    /// (as rxe; unsolicited completions and send completions do not wake it). A later
+    /// [`CompletionQueue::req_notify`] widens the arm to any completion.
+    pub fn req_notify_solicited(&self) {
+        self.shared.solicited_seen.store(false, Ordering::SeqCst);
+        // Never narrow an arm for any completion to solicited ones (the IB rule).
+        let _ =
+            self.shared.armed.compare_exchange(DISARMED, ARMED_SOLICITED, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     /// Consumes pending notifications on the descriptor (`ibv_get_cq_event` +
@@ -140,7 +226,7 @@ impl CompletionQueue {
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
         let deadline = Instant::now() + timeout;
         loop {
-            if !self.shared.queue.is_empty() {
+            if !self.shared.queue.read().is_empty() {
                 return Ok(true);
             }
             if self.shared.overflowed.load(Ordering::SeqCst) {
@@ -151,7 +237,7 @@ impl CompletionQueue {
                 return Ok(false);
             }
             self.req_notify();
-            if !self.shared.queue.is_empty() {
+            if !self.shared.queue.read().is_empty() {
                 return Ok(true);
             }
             let _ = self.shared.notify_rx.set_nonblocking(false);

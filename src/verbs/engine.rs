@@ -91,6 +91,13 @@ pub(crate) enum Command {
     },
     /// Runs a closure on the device's IB CM endpoint (the RDMA CM layer's commands).
     Cm(Box<CmCommand>),
+    /// Resize a CQ once the work already posted has run as far as it can locally (so a UD
+    /// send posted before the resize has its completion counted).
+    ResizeCq {
+        cq: Arc<CqShared>,
+        cqe: usize,
+        reply: Sender<Result<()>>,
+    },
     Shutdown,
 }
 
@@ -356,6 +363,13 @@ impl Engine {
                     );
                     let _ = reply.send(());
                 }
+                Command::ResizeCq { cq, cqe, reply } => {
+                    self.take_posts();
+                    let now = self.now();
+                    self.transmit(now);
+                    self.publish();
+                    let _ = reply.send(cq.resize(cqe));
+                }
                 Command::ModifyQp { qpn, attrs, reply } => {
                     let r = st.modify(qpn, &attrs);
                     // The caller may post the moment modify returns: publish first.
@@ -467,7 +481,7 @@ impl Engine {
                 let id = wr.wr_id;
                 if slot.qp.post_send(wr).is_err() {
                     // The state changed under the post (e.g. to RESET): report it.
-                    slot.shared.send_outstanding.fetch_sub(1, Ordering::SeqCst);
+                    release(&slot.shared.send_outstanding, 1);
                     let wc = WorkCompletion::new(id, WcStatus::LocQpOpErr, WcOpcode::Send, Qpn::new(qpn));
                     slot.send_cq.push(wc);
                 }
@@ -800,6 +814,24 @@ impl State {
         let (locals, gids) = (&self.shared.addresses, &self.shared.gids);
         let slot = self.qps.get_mut(&qpn).ok_or(Error::NoSuchQp(Qpn::new(qpn)))?;
         slot.qp.modify(&attrs.to_update())?;
+        if attrs.state == Some(crate::transport::QpState::Reset) {
+            // RESET empties the work queues without completions: work requests not yet handed
+            // to the transport go too, and the queue-depth accounting starts over (the new
+            // transport QP counts retired sends from zero).
+            while slot.shared.send_wrq.pop().is_some() {}
+            if slot.shared.srq.is_none() {
+                while slot.shared.recv_wrq.pop().is_some() {}
+                slot.shared.recv_outstanding.store(0, Ordering::SeqCst);
+            }
+            slot.shared.send_outstanding.store(0, Ordering::SeqCst);
+            slot.send_retired_seen = 0;
+            // As mlx4/mlx5 do (and rdma-core's tests expect: they restate a QP that failed and
+            // poll its CQ again), completions of the QP still in its CQs go with the reset.
+            slot.send_cq.remove_qp(qpn);
+            if !Arc::ptr_eq(&slot.send_cq, &slot.recv_cq) {
+                slot.recv_cq.remove_qp(qpn);
+            }
+        }
         if let Some(av) = attrs.av {
             slot.av = Some(av);
         }
@@ -971,9 +1003,7 @@ impl State {
         // completion may post at once.
         let retired = q.send_retired();
         if retired > slot.send_retired_seen {
-            slot.shared
-                .send_outstanding
-                .fetch_sub((retired - slot.send_retired_seen) as usize, Ordering::SeqCst);
+            release(&slot.shared.send_outstanding, (retired - slot.send_retired_seen) as usize);
             slot.send_retired_seen = retired;
         }
         // The state is visible before the completions that report its change.
@@ -984,8 +1014,8 @@ impl State {
         }
         while let Some(wc) = q.poll_recv_completion() {
             match &slot.shared.srq {
-                Some(srq) => srq.outstanding.fetch_sub(1, Ordering::SeqCst),
-                None => slot.shared.recv_outstanding.fetch_sub(1, Ordering::SeqCst),
+                Some(srq) => release(&srq.outstanding, 1),
+                None => release(&slot.shared.recv_outstanding, 1),
             };
             recv_overrun |= !slot.recv_cq.push(wc);
         }
@@ -1028,6 +1058,12 @@ impl State {
     }
 }
 
+/// Frees `n` queue slots of a QP, never below zero (a post racing with a reset to RESET,
+/// which zeroes the count, must not wrap it).
+fn release(outstanding: &std::sync::atomic::AtomicUsize, n: usize) {
+    let _ = outstanding.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| Some(v.saturating_sub(n)));
+}
+
 /// Moves a QP's posted receives into it. Called before every packet it gets too: a receive
 /// posted before the peer was told to send must be there when the SEND arrives, as it would
 /// be on an HCA.
@@ -1035,7 +1071,7 @@ fn take_recvs(slot: &mut Slot) {
     while let Some(wr) = slot.shared.recv_wrq.pop() {
         let id = wr.wr_id;
         if slot.qp.post_recv(wr).is_err() {
-            slot.shared.recv_outstanding.fetch_sub(1, Ordering::SeqCst);
+            release(&slot.shared.recv_outstanding, 1);
             let wc = WorkCompletion::new(id, WcStatus::LocQpOpErr, WcOpcode::Recv, Qpn::new(slot.shared.qpn));
             slot.recv_cq.push(wc);
         }

@@ -236,7 +236,9 @@ pub(crate) struct MrInner {
     pub rkey: u32,
     pub addr: u64,
     pub access: Access,
-    pub bytes: AtomicBytes,
+    /// Shared with the region's earlier incarnations when `ibv_rereg_mr` changed its PD or
+    /// access (the memory and the keys stay; the table entry is replaced).
+    pub bytes: Arc<AtomicBytes>,
     /// Cleared when a SEND with invalidate invalidated the rkey.
     pub rkey_valid: AtomicBool,
     pub remote_invalidate: bool,
@@ -294,18 +296,23 @@ pub(crate) fn random_u32() -> u32 {
 }
 
 /// The registered regions of a device, by key.
+///
+/// A region has one key, used both as lkey and as rkey (as kernel rxe does since Linux 6.0:
+/// `rxe_mr_init` sets both to the same value whatever the access). A region without remote
+/// access rights still has its rkey, and remote requests naming it are refused for the
+/// missing right, so `ibv_rereg_mr` can grant or withdraw remote access without changing
+/// the keys the application already handed out.
 #[derive(Default)]
 pub(crate) struct MrTable {
-    by_lkey: HashMap<u32, Arc<MrInner>, KeyBuild>,
-    by_rkey: HashMap<u32, Arc<MrInner>, KeyBuild>,
+    by_key: HashMap<u32, Arc<MrInner>, KeyBuild>,
 }
 
 impl MrTable {
     pub(crate) fn len(&self) -> usize {
-        self.by_lkey.len()
+        self.by_key.len()
     }
 
-    /// Inserts a region under fresh random keys; returns the region.
+    /// Inserts a region under a fresh random key (lkey = rkey); returns the region.
     pub(crate) fn insert(
         &mut self,
         pd: u32,
@@ -314,45 +321,57 @@ impl MrTable {
         bytes: AtomicBytes,
         remote_invalidate: bool,
     ) -> Arc<MrInner> {
-        let fresh = |used: &HashMap<u32, Arc<MrInner>, KeyBuild>| loop {
+        let key = loop {
             let k = random_u32();
-            if k != 0 && !used.contains_key(&k) {
+            if k != 0 && !self.by_key.contains_key(&k) {
                 break k;
             }
         };
-        let lkey = fresh(&self.by_lkey);
-        let remote = access.contains(Access::REMOTE_READ)
-            || access.contains(Access::REMOTE_WRITE)
-            || access.contains(Access::REMOTE_ATOMIC);
-        // Like rxe, a region without remote rights has no rkey (0).
-        let rkey = if remote { fresh(&self.by_rkey) } else { 0 };
         let mr = Arc::new(MrInner {
             pd,
-            lkey,
-            rkey,
+            lkey: key,
+            rkey: key,
             addr,
             access,
-            bytes,
+            bytes: Arc::new(bytes),
             rkey_valid: AtomicBool::new(true),
             remote_invalidate,
         });
-        self.by_lkey.insert(lkey, mr.clone());
-        if rkey != 0 {
-            self.by_rkey.insert(rkey, mr.clone());
-        }
+        self.by_key.insert(key, mr.clone());
         mr
     }
 
+    /// Moves the region registered under `key` to protection domain `pd` and/or gives it the
+    /// rights `access`, keeping its memory and keys (rxe's `rereg_user_mr` for
+    /// `IB_MR_REREG_PD`/`IB_MR_REREG_ACCESS`). Work requests and packets processed after this
+    /// call see the new PD and rights. Returns the region's new description.
+    pub(crate) fn rereg(
+        &mut self,
+        key: u32,
+        pd: Option<u32>,
+        access: Option<Access>,
+    ) -> Option<Arc<MrInner>> {
+        let old = self.by_key.get(&key)?;
+        let mr = Arc::new(MrInner {
+            pd: pd.unwrap_or(old.pd),
+            lkey: old.lkey,
+            rkey: old.rkey,
+            addr: old.addr,
+            access: access.unwrap_or(old.access),
+            bytes: old.bytes.clone(),
+            rkey_valid: AtomicBool::new(old.rkey_valid.load(Relaxed)),
+            remote_invalidate: old.remote_invalidate,
+        });
+        self.by_key.insert(key, mr.clone());
+        Some(mr)
+    }
+
     pub(crate) fn remove(&mut self, lkey: u32) {
-        if let Some(mr) = self.by_lkey.remove(&lkey)
-            && mr.rkey != 0
-        {
-            self.by_rkey.remove(&mr.rkey);
-        }
+        self.by_key.remove(&lkey);
     }
 
     pub(crate) fn local(&self, pd: u32, lkey: u32) -> Result<&MrInner, MemError> {
-        let mr = self.by_lkey.get(&lkey).ok_or(MemError::InvalidKey)?;
+        let mr = self.by_key.get(&lkey).ok_or(MemError::InvalidKey)?;
         if mr.pd != pd {
             return Err(MemError::PdMismatch);
         }
@@ -360,7 +379,7 @@ impl MrTable {
     }
 
     fn remote(&self, pd: u32, rkey: u32, need: Access) -> Result<&MrInner, MemError> {
-        let mr = self.by_rkey.get(&rkey).ok_or(MemError::InvalidKey)?;
+        let mr = self.by_key.get(&rkey).ok_or(MemError::InvalidKey)?;
         if !mr.rkey_valid.load(Relaxed) {
             return Err(MemError::InvalidKey);
         }
@@ -417,7 +436,7 @@ impl Memory for MrTable {
         })
     }
     fn invalidate_remote(&self, pd: u32, rkey: u32) -> Result<(), MemError> {
-        let mr = self.by_rkey.get(&rkey).ok_or(MemError::InvalidKey)?;
+        let mr = self.by_key.get(&rkey).ok_or(MemError::InvalidKey)?;
         if mr.pd != pd {
             return Err(MemError::PdMismatch);
         }
@@ -477,8 +496,9 @@ impl MemoryRegion {
     pub fn lkey(&self) -> Lkey {
         Lkey::new(self.inner.lkey)
     }
-    /// Remote key, for peers (0 when the region grants no remote access; see
-    /// [`MemoryRegion::remote`]).
+    /// Remote key, for peers (see [`MemoryRegion::remote`]). Like kernel rxe's, it equals the
+    /// lkey, also for a region without remote rights (remote requests are then refused for
+    /// the missing right), and it survives [`MemoryRegion::rereg`].
     pub fn rkey(&self) -> Rkey {
         Rkey::new(self.inner.rkey)
     }
@@ -494,6 +514,39 @@ impl MemoryRegion {
     /// address and the rkey (send it to the peer out of band).
     pub fn remote(&self, offset: usize) -> RemoteAddr {
         RemoteAddr { addr: self.inner.addr + offset as u64, rkey: self.rkey() }
+    }
+
+    /// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_PD` and/or `IBV_REREG_MR_CHANGE_ACCESS`: moves
+    /// the region to protection domain `pd` (of the same device) and/or replaces its access
+    /// rights, keeping its memory, address and keys, as kernel rxe does. Work requests
+    /// executed afterwards (also ones posted before) are checked against the new PD and
+    /// rights: a peer's RDMA naming the rkey of a region that lost its remote rights gets a
+    /// remote access error, a receive into a region moved to another PD ends in a protection
+    /// error. Changing the memory itself (`IBV_REREG_MR_CHANGE_TRANSLATION`) is not offered,
+    /// as in rxe: register a new region instead.
+    pub fn rereg(
+        &mut self,
+        pd: Option<&super::ProtectionDomain>,
+        access: Option<Access>,
+    ) -> Result<(), super::Error> {
+        if let Some(p) = pd
+            && !Arc::ptr_eq(&p.device.shared, &self.device)
+        {
+            return Err(super::Error::InvalidArgument("the protection domain belongs to another device"));
+        }
+        if let Some(a) = access
+            && (a.contains(Access::REMOTE_WRITE) || a.contains(Access::REMOTE_ATOMIC))
+            && !a.contains(Access::LOCAL_WRITE)
+        {
+            return Err(super::Error::InvalidArgument("remote write or atomic access needs local write"));
+        }
+        let mut table = self.device.mrs.write();
+        let inner = table
+            .rereg(self.inner.lkey, pd.map(|p| p.id), access)
+            .ok_or(super::Error::InvalidArgument("the region is no longer registered"))?;
+        drop(table);
+        self.inner = inner;
+        Ok(())
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<(), OutOfRegion> {

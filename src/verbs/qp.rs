@@ -648,8 +648,23 @@ impl QueuePair {
         Ok(())
     }
 
-    /// `ibv_post_recv` for one work request.
+    /// `ibv_post_recv` for one work request. The scatter list is checked now (key, PD,
+    /// bounds, local write), and again when a message lands in it.
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        self.post_recv_checked(wr, true)
+    }
+
+    /// Like [`QueuePair::post_recv`], but the scatter list's keys, PD, bounds and local-write
+    /// right are only checked when a message lands in it, as kernel rxe (and hardware) do: a
+    /// bad entry then ends that receive with a local protection error completion and a
+    /// "remote operational error" NAK to the sender. For applications that change a region
+    /// under posted receives (`ibv_rereg_mr`) and expect the failure at execution time, as
+    /// rdma-core's tests do.
+    pub fn post_recv_checked_on_use(&self, wr: RecvWr) -> Result<()> {
+        self.post_recv_checked(wr, false)
+    }
+
+    fn post_recv_checked(&self, wr: RecvWr, check_now: bool) -> Result<()> {
         let s = &self.shared;
         let state = self.state();
         if state == QpState::Reset {
@@ -659,7 +674,9 @@ impl QueuePair {
             return Err(PostError::UsesSrq.into());
         }
         crate::transport::Qp::check_recv_wr(&s.caps, &wr)?;
-        self.check_sges(&wr.sg_list, true)?;
+        if check_now {
+            self.check_sges(&wr.sg_list, true)?;
+        }
         let max = s.caps.max_recv_wr as usize;
         if s.recv_outstanding
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))

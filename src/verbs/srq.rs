@@ -128,13 +128,26 @@ impl SharedReceiveQueue {
         self.inner.shared.srqn
     }
 
-    /// `ibv_post_srq_recv` for one work request.
+    /// `ibv_post_srq_recv` for one work request. The scatter list is checked now (key, PD,
+    /// bounds, local write), and again when a message lands in it.
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        self.post_recv_checked(wr, true)
+    }
+
+    /// Like [`SharedReceiveQueue::post_recv`], with the scatter list checked only when a
+    /// message lands in it (see [`super::QueuePair::post_recv_checked_on_use`]).
+    pub fn post_recv_checked_on_use(&self, wr: RecvWr) -> Result<()> {
+        self.post_recv_checked(wr, false)
+    }
+
+    fn post_recv_checked(&self, wr: RecvWr, check_now: bool) -> Result<()> {
         let s = &self.inner.shared;
         if wr.sg_list.len() > s.max_sge as usize {
             return Err(PostError::TooManySge { got: wr.sg_list.len(), max: s.max_sge }.into());
         }
-        super::qp::check_sges(&self.inner.device, s.pd, &wr.sg_list, true)?;
+        if check_now {
+            super::qp::check_sges(&self.inner.device, s.pd, &wr.sg_list, true)?;
+        }
         let max = s.max_wr.load(Ordering::SeqCst) as usize;
         if s.outstanding
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))

@@ -228,13 +228,27 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     })
 }
 
-/// `ibv_resize_cq`: `EOPNOTSUPP` (softroce CQs have a fixed size for now).
+/// `ibv_resize_cq`: 0, or an errno value (also in errno): `EINVAL` for a pointer not ours,
+/// `cqe` < 1 or above `max_cqe`, or fewer than the completions the CQ holds (as rxe). The CQ
+/// keeps its completions, in order; `cq->cqe` becomes `cqe`.
 ///
 /// # Safety
-/// Any arguments.
-pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    libc::EOPNOTSUPP
+/// `cq` is NULL or a CQ of ours; the application does not poll it meanwhile (as with the
+/// real library, which does not serialise resize against polling either).
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    zero_or_errno(|| {
+        // SAFETY: per the caller.
+        let o = unsafe { cq_of(cq) }.ok_or(libc::EINVAL)?;
+        let n = usize::try_from(cqe).map_err(|_| libc::EINVAL)?;
+        o.rust.cq.resize(n).map_err(|e| match e {
+            softroce::verbs::Error::Limit { .. } | softroce::verbs::Error::InvalidArgument(_) => libc::EINVAL,
+            e => errno_of(&e),
+        })?;
+        // SAFETY: ours (checked); `cqe` is read by the application, which does not race
+        // with its own resize.
+        unsafe { (*cq).cqe = o.rust.cq.cqe() as c_int };
+        Ok(())
+    })
 }
 
 /// `ibv_get_cq_event`: waits on the channel (unless its fd is `O_NONBLOCK`: then -1 with
@@ -421,19 +435,22 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
     })
 }
 
-/// `ops.req_notify_cq` (`ibv_req_notify_cq`): arms the CQ's next completion event. Softroce
-/// notifies on any completion: `solicited_only` arms the same way (applications poll after an
-/// event anyway; a solicited-only waiter may wake for an unsolicited completion).
+/// `ops.req_notify_cq` (`ibv_req_notify_cq`): arms the CQ's next completion event; with
+/// `solicited_only`, for the next solicited receive or failed receive only (as rxe).
 ///
 /// # Safety
 /// Called through the header inline with the application's object and arrays, as the C
 /// contract says (NULL or foreign objects are refused).
-pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited_only: c_int) -> c_int {
+pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: the inline passes the application's CQ.
         match unsafe { cq_of(cq) } {
             Some(o) => {
-                o.rust.cq.req_notify();
+                if solicited_only != 0 {
+                    o.rust.cq.req_notify_solicited();
+                } else {
+                    o.rust.cq.req_notify();
+                }
                 0
             }
             None => libc::EINVAL,

@@ -81,6 +81,7 @@ pub const IBV_FORK_ENABLED: c_int = 1;
 pub const IBV_FORK_UNNEEDED: c_int = 2;
 
 pub const IBV_REREG_MR_ERR_INPUT: c_int = -1;
+pub const IBV_REREG_MR_ERR_CMD: c_int = -4;
 
 pub const IBV_PORT_CM_SUP: u32 = 1 << 16;
 pub const IBV_PORT_IP_BASED_GIDS: u32 = 1 << 26;

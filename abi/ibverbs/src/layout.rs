@@ -237,6 +237,7 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("IBV_FORK_ENABLED", IBV_FORK_ENABLED as i64),
         ("IBV_FORK_UNNEEDED", IBV_FORK_UNNEEDED as i64),
         ("IBV_REREG_MR_ERR_INPUT", IBV_REREG_MR_ERR_INPUT as i64),
+        ("IBV_REREG_MR_ERR_CMD", IBV_REREG_MR_ERR_CMD as i64),
         ("IBV_PORT_CM_SUP", IBV_PORT_CM_SUP as i64),
         ("IBV_PORT_IP_BASED_GIDS", IBV_PORT_IP_BASED_GIDS as i64),
         ("IBV_DEVICE_BAD_PKEY_CNTR", IBV_DEVICE_BAD_PKEY_CNTR as i64),

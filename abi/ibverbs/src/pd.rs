@@ -166,13 +166,20 @@ const IBV_REREG_MR_CHANGE_PD: c_int = 2;
 const IBV_REREG_MR_CHANGE_ACCESS: c_int = 4;
 const IBV_REREG_MR_FLAGS_SUPPORTED: c_int = 7;
 
-/// `ibv_rereg_mr`: 0, or `IBV_REREG_MR_ERR_INPUT` with errno (`EINVAL`: bad flags, a pointer
-/// not ours, a bad new PD or access; the region is then unchanged). The region is registered
-/// anew with the changed translation, PD or access and takes the new keys (the `ibv_mr` keeps
-/// its address; `lkey`/`rkey` change, as rxe's do).
+/// `ibv_rereg_mr`: 0, or an `IBV_REREG_MR_ERR_*` code with errno.
+///
+/// `IBV_REREG_MR_CHANGE_PD` and `IBV_REREG_MR_CHANGE_ACCESS` change the region in place and
+/// keep its memory and its `lkey`/`rkey` (kernel rxe's `rxe_rereg_user_mr`); work requests
+/// executed afterwards, also ones already posted, see the new PD and rights.
+/// `IBV_REREG_MR_CHANGE_TRANSLATION` is `IBV_REREG_MR_ERR_CMD` + `EOPNOTSUPP` (rxe refuses it
+/// too), and so is any call including it. Input errors as libibverbs' own checks give them
+/// (`IBV_REREG_MR_ERR_INPUT` + `EINVAL`: unknown flags, translation without address or length,
+/// access bits without `CHANGE_ACCESS`, a pointer not ours); errors the kernel would give
+/// (`IBV_REREG_MR_ERR_CMD`: no flags, a bad PD, remote write/atomic without local write:
+/// `EINVAL`; on-demand paging: `EOPNOTSUPP`). On any error the region is unchanged.
 ///
 /// # Safety
-/// `mr` is an MR of ours; a new `pd`/`addr`/`len` follow `ibv_reg_mr`'s rules.
+/// `mr` is an MR of ours; a new `pd` is NULL or a PD.
 pub unsafe extern "C" fn ibv_rereg_mr(
     mr: *mut ibv_mr,
     flags: c_int,
@@ -182,48 +189,51 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     access: c_int,
 ) -> c_int {
     crate::util::guard(IBV_REREG_MR_ERR_INPUT, || {
-        let r = (|| -> Result<(), Errno> {
-            if flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0 || flags == 0 {
-                return Err(libc::EINVAL);
+        let r = (|| -> Result<(), (c_int, Errno)> {
+            let input = |e| (IBV_REREG_MR_ERR_INPUT, e);
+            let cmd = |e| (IBV_REREG_MR_ERR_CMD, e);
+            if flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0 {
+                return Err(input(libc::EINVAL));
+            }
+            if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (len == 0 || addr.is_null()) {
+                return Err(input(libc::EINVAL));
+            }
+            if access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0 {
+                return Err(input(libc::EINVAL));
             }
             // SAFETY: per the caller.
-            let m = unsafe { Obj::<ibv_mr, Mr>::from_c(mr, MR_MAGIC) }.ok_or(libc::EINVAL)?;
-            let mut cur = m.rust.mr.lock();
-            // SAFETY: mr is ours (checked); its C part is read and written only here and by
-            // the application, which must not race with rereg.
-            let c = unsafe { &mut *mr };
-            let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 { pd } else { c.pd };
-            // SAFETY: a PD pointer from the application (or the MR's own).
-            let p = unsafe { pd_of(new_pd) }.ok_or(libc::EINVAL)?;
-            let (new_addr, new_len) =
-                if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 { (addr, len) } else { (c.addr, c.length) };
-            let new_access = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
-                access_of(access as u32)?
+            let m = unsafe { Obj::<ibv_mr, Mr>::from_c(mr, MR_MAGIC) }.ok_or(input(libc::EINVAL))?;
+            if flags == 0 {
+                return Err(cmd(libc::EINVAL));
+            }
+            if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+                return Err(cmd(libc::EOPNOTSUPP));
+            }
+            let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+                // SAFETY: a PD pointer from the application.
+                Some(unsafe { pd_of(pd) }.ok_or(cmd(libc::EINVAL))?)
             } else {
-                cur.access()
+                None
             };
-            if new_addr.is_null() && new_len > 0 {
-                return Err(libc::EFAULT);
+            let new_access = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+                Some(access_of(access as u32).map_err(cmd)?)
+            } else {
+                None
+            };
+            let mut cur = m.rust.mr.lock();
+            cur.rereg(new_pd.map(|p| &p.rust.pd), new_access).map_err(|e| cmd(errno_of(&e)))?;
+            if new_pd.is_some() {
+                // SAFETY: mr is ours (checked); its C part is written only here and by the
+                // application, which must not race with rereg.
+                unsafe { (*mr).pd = pd };
             }
-            // SAFETY: as in `register`: the application's memory, valid until dereg.
-            let fresh = unsafe {
-                p.rust.pd.register_raw_iova(new_addr.cast::<u8>(), new_len, new_addr as u64, new_access)
-            }
-            .map_err(|e| errno_of(&e))?;
-            c.pd = new_pd;
-            c.addr = new_addr;
-            c.length = new_len;
-            c.lkey = fresh.lkey().value();
-            c.rkey = fresh.rkey().value();
-            c.handle = c.lkey;
-            *cur = fresh;
             Ok(())
         })();
         match r {
             Ok(()) => 0,
-            Err(e) => {
+            Err((code, e)) => {
                 set_errno(e);
-                IBV_REREG_MR_ERR_INPUT
+                code
             }
         }
     })

@@ -620,7 +620,7 @@ pub unsafe extern "C" fn post_recv(
             let r = unsafe { sges(w.sg_list, w.num_sge) }.and_then(|sg| {
                 o.rust
                     .qp
-                    .post_recv(RecvWr { wr_id: w.wr_id, sg_list: sg.as_slice().into() })
+                    .post_recv_checked_on_use(RecvWr { wr_id: w.wr_id, sg_list: sg.as_slice().into() })
                     .map_err(|e| post_errno(&e))
             });
             if let Err(e) = r {

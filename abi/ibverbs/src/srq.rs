@@ -165,7 +165,7 @@ pub unsafe extern "C" fn post_srq_recv(
             let r = unsafe { crate::qp::sges(w.sg_list, w.num_sge) }.and_then(|sg| {
                 o.rust
                     .srq
-                    .post_recv(RecvWr { wr_id: w.wr_id, sg_list: sg.as_slice().into() })
+                    .post_recv_checked_on_use(RecvWr { wr_id: w.wr_id, sg_list: sg.as_slice().into() })
                     .map_err(|e| crate::qp::post_errno(&e))
             });
             if let Err(e) = r {

@@ -60,6 +60,11 @@ fn object_verbs_from_c() {
     assert_eq!(line(&out, "channel_poll_idle"), "0");
     assert_eq!(line(&out, "channel_poll_ready"), "1");
     assert_eq!(line(&out, "cq_event_once"), "0 -1 cq_ok 1", "one event per arm");
+    assert_eq!(
+        line(&out, "solicited_only"),
+        "plain_recv 1 idle 0 ready 1 event 0",
+        "ibv_req_notify_cq(cq, 1) fires for the solicited receive only"
+    );
     assert_eq!(line(&out, "rdma_write"), "1 status 0 opcode 1 data_ok 1");
     assert_eq!(line(&out, "cq_ex_timestamp"), format!("0 errno {}", libc::EOPNOTSUPP));
     assert_eq!(line(&out, "qp_ex"), "1 1 1 to_qp_ex_plain_null 1");

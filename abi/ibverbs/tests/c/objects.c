@@ -2,7 +2,7 @@
  * header inlines ibv_post_send/ibv_poll_cq/ibv_req_notify_cq are the ones programs compile):
  * two RC QPs on one device connected to each other, a sender thread posting while the main
  * thread polls, an event thread blocked in ibv_get_cq_event, the errno of bad input, and a
- * thread cancelled while blocked in ibv_get_cq_event. Prints "key value" lines.
+ * thread cancelled while blocked in ibv_get_cq_event, a solicited-only arm. Prints "key value" lines.
  *
  * Usage: objects <device name>
  */
@@ -255,6 +255,23 @@ int main(int argc, char **argv)
 	int r2 = ibv_get_cq_event(ch, &ecq, &ectx);
 	printf("cq_event_once %d %d cq_ok %d\n", r, r2, ecq == rcq);
 	ibv_ack_cq_events(rcq, 1);
+
+	/* Solicited-only arm: a plain SEND's receive does not fire it, a solicited one does. */
+	while (ibv_poll_cq(scq, 16, wc) > 0 || ibv_poll_cq(rcq, 16, wc) > 0)
+		;
+	ibv_req_notify_cq(rcq, 1);
+	ibv_post_send(qa, &wr, &bad);
+	int plain = 0;
+	for (int t = 0; t < 5000000 && !plain; t++)
+		plain = ibv_poll_cq(rcq, 1, wc);
+	int idle = poll(&p, 1, 100);
+	wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED;
+	ibv_post_send(qa, &wr, &bad);
+	int ready = poll(&p, 1, 5000);
+	r = ibv_get_cq_event(ch, &ecq, &ectx);
+	ibv_ack_cq_events(rcq, 1);
+	wr.send_flags = IBV_SEND_SIGNALED;
+	printf("solicited_only plain_recv %d idle %d ready %d event %d\n", plain, idle, ready, r);
 
 	/* RDMA WRITE into a's region with its rkey, then READ it back. */
 	while (ibv_poll_cq(scq, 16, wc) > 0 || ibv_poll_cq(rcq, 16, wc) > 0)
