@@ -1,7 +1,7 @@
 //! rdma_cm ids (`struct rdma_cm_id`): what an application connects with, and the glue between
 //! them and the IB CM of each device (Linux's `cma.c` + librdmacm, for RC in the TCP port space).
 //!
-//! The engine hands every IB CM event of a device to [`on_cm_event`] on its own thread; that
+//! The engine hands every IB CM event of a device to `on_cm_event` on its own thread; that
 //! function answers at once where the kernel does (reject a request no listener takes, the
 //! MRA that covers the application's thinking time) and queues the rdma_cm event on the id's
 //! channel. Work that needs the engine (moving a QP to RTR/RTS, sending the RTU) is done by
