@@ -191,7 +191,9 @@ fn raw_ipv6_every_operation_with_random_drop() {
 #[ignore = "needs root (network namespaces, veth, nftables, CAP_NET_RAW): run with `cargo test --test netns_raw -- --ignored` as root, as .ci/run does"]
 fn raw_and_udp_pair_both_ways() {
     require_root();
-    let p = Pair::new(2, 2);
+    // 10 % of frames dropped: a GSO run is one frame, so a 256 KiB exchange is only a few
+    // hundred frames, and at 2 % a run without a single drop was possible (seen in CI).
+    let p = Pair::new(2, 10);
     lab(&p, ["udp", "raw"], false, "262144", None);
     lab(&p, ["raw", "udp"], false, "262144", None);
     lab(&p, ["udp", "raw"], true, "65536", None);
