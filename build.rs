@@ -7,7 +7,7 @@
 //! The nested build has its own target directory under `OUT_DIR` (the outer cargo holds a lock
 //! on its own), so the stack is compiled twice: that is the price of one `cargo install`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Set for the nested build.
@@ -40,17 +40,21 @@ fn main() {
     // check the code that carries the library, without a nested release build.
     if std::env::var("RUSTC_WORKSPACE_WRAPPER").is_ok_and(|w| w.contains("clippy-driver")) {
         std::fs::write(&lib, b"").expect("embed-libs: writing the stand-in library");
-        println!("cargo::rustc-env=SOFTROCE_EMBEDDED_IBVERBS={}", lib.display());
-        println!("cargo::rustc-cfg=softroce_embedded_libs");
-        return;
+    } else {
+        build_nested(&manifest, &out.join("abi-target"), &lib);
     }
-    let target = out.join("abi-target");
+    println!("cargo::rustc-env=SOFTROCE_EMBEDDED_IBVERBS={}", lib.display());
+    println!("cargo::rustc-cfg=softroce_embedded_libs");
+}
+
+/// Builds the library with a nested cargo into `target` and copies it to `lib`.
+fn build_nested(manifest: &Path, target: &Path, lib: &Path) {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.args(["build", "--release", "-p", "softroce-ibverbs", "--manifest-path"])
-        .arg(&manifest)
+        .arg(manifest)
         .arg("--target-dir")
-        .arg(&target);
+        .arg(target);
     // What the outer build set for itself must not steer the nested one.
     for var in ["CARGO_TARGET_DIR", "CARGO_BUILD_TARGET_DIR", "CARGO_ENCODED_RUSTFLAGS", "RUSTFLAGS"] {
         cmd.env_remove(var);
@@ -64,7 +68,5 @@ fn main() {
     let status = cmd.status().expect("embed-libs: cannot run cargo for the nested build");
     assert!(status.success(), "embed-libs: the nested build of abi/ibverbs failed ({status})");
     let built = target.join("release/libibverbs.so");
-    std::fs::copy(&built, &lib).unwrap_or_else(|e| panic!("embed-libs: copying {}: {e}", built.display()));
-    println!("cargo::rustc-env=SOFTROCE_EMBEDDED_IBVERBS={}", lib.display());
-    println!("cargo::rustc-cfg=softroce_embedded_libs");
+    std::fs::copy(&built, lib).unwrap_or_else(|e| panic!("embed-libs: copying {}: {e}", built.display()));
 }

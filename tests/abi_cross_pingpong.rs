@@ -2,27 +2,11 @@
 //! (`LD_LIBRARY_PATH=$(softroce lib-path)`) against the native `softroce rc-pingpong`, in both
 //! roles, with the received data checked (`-c` on the Debian side, `--chk` natively).
 
+mod common;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Builds the cdylib in this test's profile and returns `softroce lib-path`.
-fn lib_path() -> String {
-    let exe = Path::new(env!("CARGO_BIN_EXE_softroce"));
-    let profile = match exe.parent().and_then(|d| d.file_name()).and_then(|n| n.to_str()).unwrap() {
-        "debug" => "dev".to_string(),
-        p => p.to_string(),
-    };
-    let b = Command::new(env!("CARGO"))
-        .args(["build", "-p", "softroce-ibverbs", "--profile", &profile])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
-    let o = Command::new(exe).arg("lib-path").output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8(o.stdout).unwrap().trim().to_string()
-}
 
 fn addr(n: u32) -> String {
     let k = std::process::id().wrapping_mul(8).wrapping_add(n);
@@ -79,7 +63,7 @@ fn debian_rc_pingpong_through_our_library_with_native_softroce() {
         println!("{why}");
         return;
     }
-    let lib = lib_path();
+    let lib = common::built_lib_path();
     for debian_serves in [true, false] {
         let port = free_port().to_string();
         let (a, b) = (addr(if debian_serves { 0 } else { 2 }), addr(if debian_serves { 1 } else { 3 }));

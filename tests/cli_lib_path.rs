@@ -1,6 +1,8 @@
 //! `softroce lib-path` prints a directory whose `libibverbs.so.1` is softroce's, and an
 //! unmodified Debian tool run with it as `LD_LIBRARY_PATH` sees softroce devices.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -8,21 +10,7 @@ use std::process::Command;
 fn lib_path_points_at_the_built_library() {
     let exe = Path::new(env!("CARGO_BIN_EXE_softroce"));
     let bin_dir = exe.parent().unwrap();
-    // `cargo test` builds the tool but not the cdylib beside it: build it in this profile.
-    let profile = match bin_dir.file_name().and_then(|n| n.to_str()).unwrap() {
-        "debug" => "dev".to_string(),
-        p => p.to_string(),
-    };
-    let b = Command::new(env!("CARGO"))
-        .args(["build", "-p", "softroce-ibverbs", "--profile", &profile])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
-
-    let o = Command::new(exe).arg("lib-path").output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let dir = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    let dir = common::built_lib_path();
     assert_eq!(Path::new(&dir), bin_dir.canonicalize().unwrap().join("softroce-lib"));
     let lib = Path::new(&dir).join("libibverbs.so.1").canonicalize().unwrap();
     assert_eq!(lib, bin_dir.join("libibverbs.so").canonicalize().unwrap());

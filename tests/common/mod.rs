@@ -69,3 +69,23 @@ pub fn example(name: &str) -> PathBuf {
     assert!(c.status().unwrap().success(), "cargo build --example {name}");
     dir.join("examples").join(name)
 }
+
+/// Builds the drop-in library (`softroce-ibverbs`) in the profile of this test's `softroce`
+/// binary (`cargo test` builds the tool but not the cdylib beside it) and returns what
+/// `softroce lib-path` prints.
+pub fn built_lib_path() -> String {
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_softroce"));
+    let profile = match exe.parent().and_then(|d| d.file_name()).and_then(|n| n.to_str()).unwrap() {
+        "debug" => "dev".to_string(),
+        p => p.to_string(),
+    };
+    let b = std::process::Command::new(env!("CARGO"))
+        .args(["build", "-p", "softroce-ibverbs", "--profile", &profile])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    let o = std::process::Command::new(exe).arg("lib-path").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap().trim().to_string()
+}
