@@ -636,6 +636,35 @@ impl QueuePair {
         Ok(())
     }
 
+    /// `ibv_bind_mw`: binds the type 1 window `mw` to `len` bytes at `offset` of `mr` with
+    /// the remote rights `access`, as a signaled work request `wr_id` on this QP (its
+    /// completion has opcode [`WcOpcode::BindMw`](crate::transport::WcOpcode::BindMw)).
+    /// Returns the rkey the window has once the bind ran. A zero `len` unbinds the window. A
+    /// bind that fails its checks (region without [`Access::MW_BIND`], range outside the
+    /// region, another PD, …) completes with `IBV_WC_MW_BIND_ERR` and takes the QP to the
+    /// error state, as in rxe. Type 2 windows are bound with
+    /// [`MemoryWindow::bind_op`](super::MemoryWindow::bind_op) and `post_send` instead.
+    pub fn bind_mw(
+        &self,
+        wr_id: u64,
+        mw: &super::MemoryWindow,
+        mr: &super::MemoryRegion,
+        offset: u64,
+        len: u64,
+        access: crate::transport::Access,
+    ) -> Result<crate::transport::Rkey> {
+        if mw.mw_type() != super::MwType::Type1 {
+            return Err(Error::InvalidArgument(
+                "ibv_bind_mw binds type 1 windows; post a bind work request for type 2",
+            ));
+        }
+        let (op, rkey) = mw.bind_op(mr, offset, len, access);
+        let mut wr = SendWr::new(wr_id, op, &[]);
+        wr.signaled = true;
+        self.post_send(wr)?;
+        Ok(rkey)
+    }
+
     /// Posts several send work requests in order; stops at the first refused one and returns
     /// its index with the error (the `bad_wr` of ibverbs).
     pub fn post_send_list(
