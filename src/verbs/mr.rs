@@ -664,7 +664,9 @@ impl Memory for MrTable {
     fn bind_mw(&self, pd: u32, qpn: u32, b: &MwBind) -> Result<(), MemError> {
         let (mw, mut st) = self.window(b.mw_rkey.value()).ok_or(MemError::BadWindow)?;
         let access = b.access;
-        if access.bits() & !(Access::REMOTE.bits() | Access::ZERO_BASED.bits()) != 0 || mw.pd != pd {
+        // Local write and MW bind in a window's rights mean nothing and are accepted, as
+        // rxe does (pyverbs binds with LOCAL_WRITE | REMOTE_WRITE).
+        if mw.pd != pd {
             return Err(MemError::BadWindow);
         }
         let mr =
