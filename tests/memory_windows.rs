@@ -204,3 +204,22 @@ fn zero_based_type2_window_counts_from_its_first_byte() {
     assert_eq!(&target.to_vec()[516..534], b"through the window");
     assert_eq!(write(&a, 2, 18, RemoteAddr { addr: 50, rkey }), WcStatus::RemAccessErr);
 }
+
+#[test]
+fn a_bind_completes_in_order_behind_the_requests_before_it() {
+    let (a, b, target) = setup();
+    let mw = b.pd.alloc_mw(MwType::Type2).unwrap();
+    // `b` writes into `a` (a region with every right), then binds: the bind's completion
+    // comes after the WRITE's, whatever the bind's own speed.
+    let dest = a.mr.remote(0);
+    for i in 0..8 {
+        b.qp.post_send(SendWr::write(i, &[b.mr.sge(0, 4096)], dest)).unwrap();
+    }
+    let (op, rkey) = mw.bind_op(&target, 0, 64, Access::REMOTE_WRITE);
+    b.qp.post_send(SendWr { signaled: true, ..SendWr::new(100, op, &[]) }).unwrap();
+    b.qp.post_send(SendWr::write(101, &[b.mr.sge(0, 8)], dest)).unwrap();
+    let ids: Vec<_> = (0..10).map(|_| b.wait()).map(|w| (w.wr_id, w.status)).collect();
+    let want: Vec<_> = (0..8).chain([100, 101]).map(|i| (i, WcStatus::Success)).collect();
+    assert_eq!(ids, want);
+    assert_eq!(write(&a, 1, 4, RemoteAddr { addr: target.addr(), rkey }), WcStatus::Success);
+}
