@@ -595,7 +595,43 @@ impl QueuePair {
     }
 
     /// `ibv_post_send` for one work request.
-    pub fn post_send(&self, mut wr: SendWr) -> Result<()> {
+    pub fn post_send(&self, wr: SendWr) -> Result<()> {
+        let wr = self.check_send(wr)?;
+        self.reserve_send(1)?;
+        self.push_send(wr)?;
+        self.schedule();
+        Ok(())
+    }
+
+    /// Posts all of `wrs` or none (what `ibv_wr_complete` does with a batch built by the
+    /// `ibv_wr_*` calls): every request is checked and room for all of them is reserved
+    /// before the first is queued. On an error nothing was posted; the error comes with the
+    /// index of the request that failed its checks (or 0 when the queue has no room for the
+    /// whole batch).
+    pub fn post_send_all(&self, wrs: Vec<SendWr>) -> std::result::Result<(), (usize, Error)> {
+        let mut checked = Vec::with_capacity(wrs.len());
+        for (i, wr) in wrs.into_iter().enumerate() {
+            checked.push(self.check_send(wr).map_err(|e| (i, e))?);
+        }
+        if checked.is_empty() {
+            return Ok(());
+        }
+        let n = checked.len();
+        self.reserve_send(n).map_err(|e| (0, e))?;
+        for (i, wr) in checked.into_iter().enumerate() {
+            if let Err(e) = self.push_send(wr) {
+                self.shared.send_outstanding.fetch_sub(n - i - 1, Ordering::SeqCst);
+                self.schedule();
+                return Err((i, e));
+            }
+        }
+        self.schedule();
+        Ok(())
+    }
+
+    /// The checks `ibv_post_send` makes before queueing (state, operation, sizes, keys,
+    /// address handle); applies `sq_sig_all`.
+    fn check_send(&self, mut wr: SendWr) -> Result<SendWr> {
         let s = &self.shared;
         let state = self.state();
         if !matches!(state, QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err) {
@@ -620,19 +656,28 @@ impl QueuePair {
         if s.sq_sig_all {
             wr.signaled = true;
         }
-        // Reserve a slot: posted and not yet finished must stay within the queue depth.
+        Ok(wr)
+    }
+
+    /// Reserves `n` send slots: posted and not yet finished must stay within the queue depth.
+    fn reserve_send(&self, n: usize) -> Result<()> {
+        let s = &self.shared;
         let max = s.caps.max_send_wr as usize;
-        if s.send_outstanding
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
-            .is_err()
-        {
-            return Err(PostError::QueueFull.into());
-        }
+        s.send_outstanding
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |cur| (cur + n <= max).then_some(cur + n))
+            .map(|_| ())
+            .map_err(|_| PostError::QueueFull.into())
+    }
+
+    /// Queues a checked request into a reserved slot. (The queue holds `max_send_wr`
+    /// requests and a slot was reserved, so it has room; were it full, the slot is given
+    /// back and the post fails.)
+    fn push_send(&self, wr: SendWr) -> Result<()> {
+        let s = &self.shared;
         if s.send_wrq.push(wr).is_err() {
             s.send_outstanding.fetch_sub(1, Ordering::SeqCst);
             return Err(PostError::QueueFull.into());
         }
-        self.schedule();
         Ok(())
     }
 

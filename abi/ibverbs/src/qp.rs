@@ -757,9 +757,10 @@ unsafe extern "C" fn wr_abort(qpx: *mut ibv_qp_ex) {
     with_batch(qpx, |_, b| *b = Batch::default());
 }
 
-/// `wr_complete`: posts what was built, in order; 0 or the first errno (of building or
-/// posting). Unlike a hardware doorbell this is not all-or-nothing: requests before the
-/// failing one are posted.
+/// `wr_complete`: posts what was built, all or nothing (as rxe's provider, which advances
+/// the queue's producer index only when the whole batch was built); 0 or the errno of the
+/// first request that failed to build or to pass the post checks (`ENOMEM` when the queue
+/// has no room for the whole batch). The batch is gone either way.
 unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
     let mut r = 0;
     with_batch(qpx, |o, b| {
@@ -768,11 +769,8 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
             r = e;
             return;
         }
-        for w in batch.wrs {
-            if let Err(e) = o.rust.qp.post_send(w) {
-                r = post_errno(&e);
-                return;
-            }
+        if let Err((_, e)) = o.rust.qp.post_send_all(batch.wrs) {
+            r = post_errno(&e);
         }
     });
     r
