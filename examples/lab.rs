@@ -331,6 +331,8 @@ fn opcode_name(o: WcOpcode) -> &'static str {
         WcOpcode::RdmaRead => "RDMA_READ",
         WcOpcode::CompSwap => "COMP_SWAP",
         WcOpcode::FetchAdd => "FETCH_ADD",
+        WcOpcode::BindMw => "BIND_MW",
+        WcOpcode::LocalInv => "LOCAL_INV",
         WcOpcode::Recv => "RECV",
         WcOpcode::RecvRdmaWithImm => "RECV_RDMA_WITH_IMM",
     }

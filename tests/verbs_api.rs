@@ -352,3 +352,32 @@ mod prelude_does_not_shadow_std {
         assert_eq!(e.to_string(), "oops");
     }
 }
+
+#[test]
+fn post_send_all_posts_the_whole_batch_or_nothing() {
+    let caps =
+        QpCaps { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let a = Side::new(Device::open(DeviceConfig::new(loopback_ip())).unwrap(), 4096, caps);
+    let b = Side::new(Device::open(DeviceConfig::new(loopback_ip())).unwrap(), 4096, caps);
+    connect(&a, &b, Mtu::Mtu1024);
+    let w = |id| SendWr::write(id, &[a.mr.sge(0, 8)], b.mr.remote(0));
+    // Five do not fit a queue of four: none is posted.
+    assert!(matches!(
+        a.qp.post_send_all((0..5).map(w).collect()),
+        Err((0, Error::Post(softroce::transport::PostError::QueueFull)))
+    ));
+    // One bad request (a READ into a region without local write is fine; a key that does
+    // not exist is not): none is posted, and the index names it.
+    let mut bad = w(12);
+    bad.payload =
+        Payload::Sges([Sge { addr: 0, length: 8, lkey: Lkey::new(0xdead_beef) }].into_iter().collect());
+    let r = a.qp.post_send_all(vec![w(10), w(11), bad]);
+    assert!(matches!(r, Err((2, _))), "{r:?}");
+    let mut wc = [WorkCompletion::default(); 8];
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(a.cq.poll(&mut wc).unwrap(), 0, "nothing of a refused batch was posted");
+    // Four fit.
+    a.qp.post_send_all((20..24).map(w).collect()).unwrap();
+    let ids: Vec<u64> = (0..4).map(|_| a.wait()).map(|c| c.wr_id).collect();
+    assert_eq!(ids, vec![20, 21, 22, 23]);
+}

@@ -192,12 +192,15 @@ fuzz_target!(|data: &[u8]| {
                     rkey: if kind & 0x80 != 0 { Rkey::new(GUARD) } else { Rkey::new(TGT) },
                 };
                 let sge = [Sge { addr: BUF_ADDR, length: len, lkey: Lkey::new(BUF) }];
-                let op = match kind % 6 {
+                let op = match kind % 7 {
                     0 => SendOp::Send,
                     1 => SendOp::SendWithImm(1),
                     2 => SendOp::RdmaWrite(remote),
                     3 => SendOp::RdmaRead(remote),
                     4 => SendOp::FetchAdd { remote, add: 1 },
+                    // A local operation in the send queue (this memory has no windows: it
+                    // fails and takes the QP to the error state, in order).
+                    5 => SendOp::LocalInv(remote.rkey),
                     _ => SendOp::RdmaWriteWithImm(remote, 2),
                 };
                 let sge = if op.is_atomic() { [Sge { addr: BUF_ADDR, length: 8, lkey: Lkey::new(BUF) }] } else { sge };

@@ -24,16 +24,26 @@ impl Access {
     pub const REMOTE_READ: Access = Access(4);
     /// `IBV_ACCESS_REMOTE_ATOMIC`.
     pub const REMOTE_ATOMIC: Access = Access(8);
-    /// Every right.
+    /// `IBV_ACCESS_MW_BIND`: memory windows may be bound to the region.
+    pub const MW_BIND: Access = Access(0x10);
+    /// `IBV_ACCESS_ZERO_BASED`: a window's addresses count from its first byte.
+    pub const ZERO_BASED: Access = Access(0x20);
+    /// Every local and remote right (not [`Access::MW_BIND`] nor [`Access::ZERO_BASED`]).
     pub const ALL: Access = Access(15);
+    /// The remote rights.
+    pub const REMOTE: Access = Access(14);
 
     /// The ibverbs bit value.
     pub const fn bits(self) -> u32 {
         self.0
     }
-    /// From ibverbs bits (unknown bits are dropped).
+    /// From ibverbs bits (bits other than the rights, MW bind and zero-based are dropped).
     pub const fn from_bits(b: u32) -> Access {
-        Access(b & 15)
+        Access(b & 0x3f)
+    }
+    /// The rights of `self` that are also in `other`.
+    pub const fn intersect(self, other: Access) -> Access {
+        Access(self.0 & other.0)
     }
     /// True when every right of `other` is in `self`.
     pub const fn contains(self, other: Access) -> bool {
@@ -63,6 +73,10 @@ pub enum MemError {
     /// The region lacks the access right.
     #[error("access denied")]
     AccessDenied,
+    /// A memory-window bind or invalidate was refused (wrong state, type, PD, QP, region
+    /// rights or range: the checks of IBTA 10.6.7 as rxe makes them).
+    #[error("memory window operation refused")]
+    BadWindow,
     /// An atomic target is not 8-byte aligned.
     #[error("misaligned atomic")]
     Misaligned,
@@ -86,8 +100,9 @@ pub enum AtomicOp {
 }
 
 /// Memory as the transport sees it. Values of `pd` and keys are the ones the verbs layer
-/// handed out. Multi-byte atomic values are in host order; the wire carries them big-endian
-/// and the transport converts.
+/// handed out; `qpn` is the QP on whose behalf the access happens (a type 2 memory window
+/// answers only the QP it was bound from). Multi-byte atomic values are in host order; the
+/// wire carries them big-endian and the transport converts.
 pub trait Memory {
     /// Copies `dst.len()` bytes at `addr` of the region with local key `lkey` (local reads
     /// need no access right).
@@ -96,17 +111,36 @@ pub trait Memory {
     fn write_local(&self, pd: u32, lkey: u32, addr: u64, src: &[u8]) -> Result<(), MemError>;
     /// Checks that `len` bytes at `addr` under remote key `rkey` may be accessed with
     /// `access`, without moving data.
-    fn check_remote(&self, pd: u32, rkey: u32, addr: u64, len: u64, access: Access) -> Result<(), MemError>;
+    fn check_remote(
+        &self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(), MemError>;
     /// Copies from remote-readable memory (RDMA READ responder).
-    fn read_remote(&self, pd: u32, rkey: u32, addr: u64, dst: &mut [u8]) -> Result<(), MemError>;
+    fn read_remote(&self, pd: u32, qpn: u32, rkey: u32, addr: u64, dst: &mut [u8]) -> Result<(), MemError>;
     /// Copies into remote-writable memory (RDMA WRITE responder).
-    fn write_remote(&self, pd: u32, rkey: u32, addr: u64, src: &[u8]) -> Result<(), MemError>;
+    fn write_remote(&self, pd: u32, qpn: u32, rkey: u32, addr: u64, src: &[u8]) -> Result<(), MemError>;
     /// Performs an atomic on 8 aligned bytes of remote-atomic memory; returns the original
     /// value.
-    fn atomic_remote(&self, pd: u32, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError>;
+    fn atomic_remote(&self, pd: u32, qpn: u32, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError>;
     /// Invalidates a remote key (SEND with invalidate). Regions that cannot be invalidated
     /// remotely refuse with [`MemError::AccessDenied`].
-    fn invalidate_remote(&self, pd: u32, rkey: u32) -> Result<(), MemError>;
+    fn invalidate_remote(&self, pd: u32, qpn: u32, rkey: u32) -> Result<(), MemError>;
+    /// Binds a memory window (`IBV_WR_BIND_MW`, run by QP `qpn` of protection domain `pd`).
+    /// Memory without windows refuses every bind.
+    fn bind_mw(&self, pd: u32, qpn: u32, bind: &super::wr::MwBind) -> Result<(), MemError> {
+        let _ = (pd, qpn, bind);
+        Err(MemError::BadWindow)
+    }
+    /// Invalidates a key locally (`IBV_WR_LOCAL_INV`). Memory without windows refuses.
+    fn invalidate_local(&self, pd: u32, qpn: u32, rkey: u32) -> Result<(), MemError> {
+        let _ = (pd, qpn, rkey);
+        Err(MemError::BadWindow)
+    }
 }
 
 /// One region of a [`VecMemory`].
@@ -221,16 +255,24 @@ impl Memory for VecMemory {
     fn write_local(&self, pd: u32, lkey: u32, addr: u64, src: &[u8]) -> Result<(), MemError> {
         self.with(pd, lkey, false, addr, src.len() as u64, Access::LOCAL_WRITE, |m| m.copy_from_slice(src))
     }
-    fn check_remote(&self, pd: u32, rkey: u32, addr: u64, len: u64, access: Access) -> Result<(), MemError> {
+    fn check_remote(
+        &self,
+        pd: u32,
+        _qpn: u32,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(), MemError> {
         self.with(pd, rkey, true, addr, len, access, |_| ())
     }
-    fn read_remote(&self, pd: u32, rkey: u32, addr: u64, dst: &mut [u8]) -> Result<(), MemError> {
+    fn read_remote(&self, pd: u32, _qpn: u32, rkey: u32, addr: u64, dst: &mut [u8]) -> Result<(), MemError> {
         self.with(pd, rkey, true, addr, dst.len() as u64, Access::REMOTE_READ, |m| dst.copy_from_slice(m))
     }
-    fn write_remote(&self, pd: u32, rkey: u32, addr: u64, src: &[u8]) -> Result<(), MemError> {
+    fn write_remote(&self, pd: u32, _qpn: u32, rkey: u32, addr: u64, src: &[u8]) -> Result<(), MemError> {
         self.with(pd, rkey, true, addr, src.len() as u64, Access::REMOTE_WRITE, |m| m.copy_from_slice(src))
     }
-    fn atomic_remote(&self, pd: u32, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
+    fn atomic_remote(&self, pd: u32, _qpn: u32, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
         if !addr.is_multiple_of(8) {
             return Err(MemError::Misaligned);
         }
@@ -252,7 +294,7 @@ impl Memory for VecMemory {
             orig
         })
     }
-    fn invalidate_remote(&self, pd: u32, rkey: u32) -> Result<(), MemError> {
+    fn invalidate_remote(&self, pd: u32, _qpn: u32, rkey: u32) -> Result<(), MemError> {
         let mut regions = self.regions.borrow_mut();
         let r = regions.iter_mut().find(|r| r.valid && r.rkey == rkey).ok_or(MemError::InvalidKey)?;
         if r.pd != pd {

@@ -42,7 +42,8 @@ pub use qp::{
 };
 pub use srq::{Srq, SrqError};
 pub use wr::{
-    Payload, RecvWr, RemoteAddr, SendOp, SendWr, SgList, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
+    MwBind, Payload, RecvWr, RemoteAddr, SendOp, SendWr, SgList, Sge, UdDest, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 
 /// A point in time: nanoseconds since an epoch the driver chooses (the engine: its start;

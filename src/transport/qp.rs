@@ -312,7 +312,12 @@ pub fn check_send_wr(qp_type: QpType, caps: &QpCaps, path_mtu: Mtu, wr: &SendWr)
         QpType::Rc => true,
         QpType::Uc => matches!(
             wr.op,
-            SendOp::Send | SendOp::SendWithImm(_) | SendOp::RdmaWrite(_) | SendOp::RdmaWriteWithImm(..)
+            SendOp::Send
+                | SendOp::SendWithImm(_)
+                | SendOp::RdmaWrite(_)
+                | SendOp::RdmaWriteWithImm(..)
+                | SendOp::BindMw(_)
+                | SendOp::LocalInv(_)
         ),
         QpType::Ud => matches!(wr.op, SendOp::Send | SendOp::SendWithImm(_)),
     };

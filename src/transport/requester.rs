@@ -77,17 +77,40 @@ impl Qp {
         if self.req.wait_rnr {
             return None;
         }
-        let idx = self.req.wqe_index;
-        let w = self.sq.get(idx)?;
-        // SQD: finish what was started, start nothing new.
-        if self.state == QpState::Sqd && w.state == WqeState::Posted {
-            return None;
-        }
         let rc = self.qp_type == QpType::Rc;
-        // Fence: wait until no READ or atomic is outstanding.
-        if w.wr.fence && w.state == WqeState::Posted && self.req.rd_atomic < self.attr.max_rd_atomic {
-            return None;
-        }
+        let (idx, w) = loop {
+            let idx = self.req.wqe_index;
+            let w = self.sq.get(idx)?;
+            // SQD: finish what was started, start nothing new.
+            if self.state == QpState::Sqd && w.state == WqeState::Posted {
+                return None;
+            }
+            // Fence: wait until no READ or atomic is outstanding.
+            if w.wr.fence && w.state == WqeState::Posted && self.req.rd_atomic < self.attr.max_rd_atomic {
+                return None;
+            }
+            if !w.wr.op.is_local() {
+                break (idx, w);
+            }
+            // A bind or local invalidate runs once, when the queue reaches it (rxe's
+            // `rxe_do_local_ops`), and completes in order behind what was posted before it.
+            if w.state == WqeState::Posted {
+                let result = match &w.wr.op {
+                    SendOp::BindMw(b) => mem.bind_mw(self.pd, self.qpn, b).map_err(|_| WcStatus::MwBindErr),
+                    SendOp::LocalInv(rkey) => mem
+                        .invalidate_local(self.pd, self.qpn, rkey.value())
+                        .map_err(|_| WcStatus::LocQpOpErr),
+                    _ => Ok(()),
+                };
+                if let Err(status) = result {
+                    self.req_fail(idx, status);
+                    return None;
+                }
+                self.sq[idx].state = WqeState::Done;
+            }
+            self.req.wqe_index += 1;
+            self.retire_done();
+        };
         // The window of unacknowledged PSNs.
         if rc && self.req.psn.diff(self.comp.psn) >= self.tuning.max_unacked_psns as i32 {
             return None;
@@ -114,6 +137,11 @@ impl Qp {
             SendOp::RdmaRead(_) => Operation::RdmaReadRequest,
             SendOp::CompareSwap { .. } => Operation::CompareSwap,
             SendOp::FetchAdd { .. } => Operation::FetchAdd,
+            SendOp::BindMw(_) | SendOp::LocalInv(_) => {
+                // Handled above; never a packet.
+                self.req_fail(idx, WcStatus::LocQpOpErr);
+                return None;
+            }
         };
         let mut extra = if self.qp_type == QpType::Ud { Headers::DETH } else { Headers::NONE };
         if position.ends() {

@@ -322,7 +322,10 @@ impl Qp {
             // A zero-length transfer touches no memory: its R_Key is not checked (rxe).
             if reth.dma_len() != 0 {
                 let access = need.unwrap_or(Access::REMOTE_WRITE);
-                if mem.check_remote(self.pd, reth.rkey(), reth.va(), reth.dma_len() as u64, access).is_err() {
+                if mem
+                    .check_remote(self.pd, self.qpn, reth.rkey(), reth.va(), reth.dma_len() as u64, access)
+                    .is_err()
+                {
                     return self.resp_fatal(psn, ACCESS_ERROR);
                 }
             }
@@ -369,7 +372,7 @@ impl Qp {
             Operation::RdmaWrite => {
                 if len > 0 {
                     let c = &mut self.resp.rdma;
-                    if mem.write_remote(self.pd, c.rkey, c.va, pkt.payload()).is_err() {
+                    if mem.write_remote(self.pd, self.qpn, c.rkey, c.va, pkt.payload()).is_err() {
                         return self.resp_fatal(psn, ACCESS_ERROR);
                     }
                     c.va += len;
@@ -408,7 +411,7 @@ impl Qp {
                 } else {
                     AtomicOp::FetchAdd { add: a.swap_add() }
                 };
-                let orig = match mem.atomic_remote(self.pd, a.rkey(), a.va(), aop) {
+                let orig = match mem.atomic_remote(self.pd, self.qpn, a.rkey(), a.va(), aop) {
                     Ok(v) => v,
                     Err(MemError::Misaligned) => return self.resp_fatal(psn, INVALID_REQUEST),
                     Err(_) => return self.resp_fatal(psn, ACCESS_ERROR),
@@ -427,7 +430,7 @@ impl Qp {
         }
         let mut invalidated = None;
         if let Some(ieth) = pkt.ieth() {
-            if mem.invalidate_remote(self.pd, ieth.rkey()).is_err() {
+            if mem.invalidate_remote(self.pd, self.qpn, ieth.rkey()).is_err() {
                 return self.resp_fatal(psn, INVALID_REQUEST);
             }
             invalidated = Some(ieth.rkey());
@@ -589,7 +592,7 @@ impl Qp {
                     r.aeth = Some(AethRepr::ack(msn));
                 }
                 let (range, total) = r.emit_headers(buf, n as usize).ok()?;
-                if n > 0 && mem.read_remote(self.pd, rkey, va, &mut buf[range]).is_err() {
+                if n > 0 && mem.read_remote(self.pd, self.qpn, rkey, va, &mut buf[range]).is_err() {
                     // The region went away under the READ (deregistered or invalidated).
                     self.resp.out.pop_front();
                     self.resp_fatal(psn, ACCESS_ERROR);

@@ -145,6 +145,7 @@ impl Qp {
                 && mem
                     .check_remote(
                         self.pd,
+                        self.qpn,
                         reth.rkey(),
                         reth.va(),
                         reth.dma_len() as u64,
@@ -187,7 +188,7 @@ impl Qp {
             cur.offset += len;
         } else if len > 0 {
             let c = &mut self.resp.rdma;
-            if mem.write_remote(self.pd, c.rkey, c.va, pkt.payload()).is_err() {
+            if mem.write_remote(self.pd, self.qpn, c.rkey, c.va, pkt.payload()).is_err() {
                 return self.uc_drop_message();
             }
             c.va += len;

@@ -3,6 +3,7 @@
 use smallvec::SmallVec;
 
 use super::ids::{Lkey, Qkey, Qpn, Rkey};
+use super::memory::Access;
 
 /// A scatter/gather entry: `length` bytes at `addr` in the memory region with key `lkey`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -64,6 +65,31 @@ pub enum SendOp {
         /// Addend.
         add: u64,
     },
+    /// `IBV_WR_BIND_MW`: binds a memory window to a range of a memory region (a local
+    /// operation: no packet; it runs when the send queue reaches it, as in rxe).
+    BindMw(MwBind),
+    /// `IBV_WR_LOCAL_INV`: invalidates a type 2 memory window's (or an invalidatable
+    /// region's) rkey (a local operation).
+    LocalInv(Rkey),
+}
+
+/// The operands of a memory-window bind (`ibv_mw_bind_info` plus the keys rxe's WQE carries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MwBind {
+    /// The window's current rkey (`mw->rkey`): the bind fails when it is not.
+    pub mw_rkey: Rkey,
+    /// The rkey the window has after the bind: its low 8 bits (the key) replace the
+    /// window's, the upper 24 (the index) are the window's.
+    pub new_rkey: Rkey,
+    /// The memory region the window opens (ignored for a zero length bind, which unbinds a
+    /// type 1 window).
+    pub lkey: Lkey,
+    /// First byte of the window (an address inside the region).
+    pub addr: u64,
+    /// Length of the window in bytes.
+    pub length: u64,
+    /// Remote rights the window grants (`mw_access_flags`).
+    pub access: Access,
 }
 
 impl SendOp {
@@ -86,6 +112,10 @@ impl SendOp {
     pub fn is_atomic(&self) -> bool {
         matches!(self, SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. })
     }
+    /// True for the operations that run locally and send no packet (bind, local invalidate).
+    pub fn is_local(&self) -> bool {
+        matches!(self, SendOp::BindMw(_) | SendOp::LocalInv(_))
+    }
     /// True for the SEND family.
     pub fn is_send(&self) -> bool {
         matches!(self, SendOp::Send | SendOp::SendWithImm(_) | SendOp::SendWithInv(_))
@@ -98,6 +128,8 @@ impl SendOp {
             SendOp::RdmaRead(_) => WcOpcode::RdmaRead,
             SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
             SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+            SendOp::BindMw(_) => WcOpcode::BindMw,
+            SendOp::LocalInv(_) => WcOpcode::LocalInv,
         }
     }
     /// The immediate data, if the operation carries one.
@@ -264,6 +296,8 @@ pub enum WcStatus {
     LocProtErr,
     /// `IBV_WC_WR_FLUSH_ERR`: the QP went to the error state before this request ran.
     WrFlushErr,
+    /// `IBV_WC_MW_BIND_ERR`: a memory-window bind failed its checks.
+    MwBindErr,
     /// `IBV_WC_BAD_RESP_ERR`: an unexpected response opcode.
     BadRespErr,
     /// `IBV_WC_LOC_ACCESS_ERR`.
@@ -293,6 +327,7 @@ impl WcStatus {
             WcStatus::LocQpOpErr => "IBV_WC_LOC_QP_OP_ERR",
             WcStatus::LocProtErr => "IBV_WC_LOC_PROT_ERR",
             WcStatus::WrFlushErr => "IBV_WC_WR_FLUSH_ERR",
+            WcStatus::MwBindErr => "IBV_WC_MW_BIND_ERR",
             WcStatus::BadRespErr => "IBV_WC_BAD_RESP_ERR",
             WcStatus::LocAccessErr => "IBV_WC_LOC_ACCESS_ERR",
             WcStatus::RemInvReqErr => "IBV_WC_REM_INV_REQ_ERR",
@@ -312,6 +347,7 @@ impl WcStatus {
             WcStatus::LocQpOpErr => "local QP operation error",
             WcStatus::LocProtErr => "local protection error",
             WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::MwBindErr => "memory management operation error",
             WcStatus::BadRespErr => "bad response error",
             WcStatus::LocAccessErr => "local access error",
             WcStatus::RemInvReqErr => "remote invalid request error",
@@ -331,6 +367,7 @@ impl WcStatus {
             WcStatus::LocQpOpErr => 2,
             WcStatus::LocProtErr => 4,
             WcStatus::WrFlushErr => 5,
+            WcStatus::MwBindErr => 6,
             WcStatus::BadRespErr => 7,
             WcStatus::LocAccessErr => 8,
             WcStatus::RemInvReqErr => 9,
@@ -363,6 +400,10 @@ pub enum WcOpcode {
     CompSwap,
     /// A fetch-and-add completed.
     FetchAdd,
+    /// A memory-window bind completed.
+    BindMw,
+    /// A local invalidate completed.
+    LocalInv,
     /// A SEND was received.
     Recv,
     /// An RDMA WRITE with immediate was received.

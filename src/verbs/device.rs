@@ -164,6 +164,8 @@ pub struct DeviceAttr {
     pub max_cqe: u32,
     /// MRs.
     pub max_mr: u32,
+    /// Memory windows.
+    pub max_mw: u32,
     /// PDs.
     pub max_pd: u32,
     /// READs/atomics outstanding as responder, per QP.
@@ -577,6 +579,7 @@ impl DeviceInfo {
                 max_cq: 0x10000,
                 max_cqe: (1 << 20) - 1,
                 max_mr: 0x80000,
+                max_mw: 0x7ffff,
                 max_pd: 0x10000,
                 max_qp_rd_atom: crate::transport::MAX_RD_ATOMIC as u32,
                 max_qp_init_rd_atom: crate::transport::MAX_RD_ATOMIC as u32,

@@ -133,6 +133,7 @@ pub mod engine;
 pub mod error;
 pub mod gid;
 pub mod mr;
+pub mod mw;
 pub mod pd;
 pub mod qp;
 pub mod rundir;
@@ -148,12 +149,13 @@ pub use device::{
 pub use error::{Error, Result};
 pub use gid::{Gid, GidIndex, GidType};
 pub use mr::{MemoryRegion, OutOfRegion};
+pub use mw::{MemoryWindow, MwType};
 pub use pd::ProtectionDomain;
 pub use qp::{AddressVector, ConnectOptions, QpAttrs, QpEndpoint, QpInfo, QpInitAttr, QueuePair, random_psn};
 pub use srq::{SharedReceiveQueue, SrqAttr, SrqInitAttr};
 
 pub use crate::transport::{
-    Access, GRH_LEN, Lkey, Mtu, Payload, Qkey, QpCaps, QpEvent, QpState, QpType, Qpn, RecvWr, RemoteAddr,
-    Rkey, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
+    Access, GRH_LEN, Lkey, Mtu, MwBind, Payload, Qkey, QpCaps, QpEvent, QpState, QpType, Qpn, RecvWr,
+    RemoteAddr, Rkey, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
 };
 pub use crate::wire::Psn;

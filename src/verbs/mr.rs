@@ -32,7 +32,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 
-use crate::transport::{Access, AtomicOp, Lkey, MemError, Memory, RemoteAddr, Rkey};
+use crate::transport::{Access, AtomicOp, Lkey, MemError, Memory, MwBind, RemoteAddr, Rkey};
 
 /// The bytes of a region as atomic words plus, for borrowed memory whose length is not a
 /// multiple of eight, a tail of atomic bytes that no word overlaps.
@@ -295,21 +295,102 @@ pub(crate) fn random_u32() -> u32 {
     h.finish() as u32
 }
 
-/// The registered regions of a device, by key.
+/// The kind of a memory window (`enum ibv_mw_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MwType {
+    /// `IBV_MW_TYPE_1`: bound with [`super::QueuePair::bind_mw`] (`ibv_bind_mw`), usable
+    /// from any QP of its PD, unbound by a zero-length bind.
+    Type1,
+    /// `IBV_MW_TYPE_2` (type 2B, as rxe): bound with an [`crate::transport::SendOp::BindMw`]
+    /// work request, answers only the QP that bound it, invalidated by a local invalidate or
+    /// a peer's SEND with invalidate.
+    Type2,
+}
+
+impl MwType {
+    /// The ibverbs value (1 or 2).
+    pub fn value(self) -> u32 {
+        match self {
+            MwType::Type1 => 1,
+            MwType::Type2 => 2,
+        }
+    }
+}
+
+/// Where a window is in its life (rxe's `RXE_MW_STATE_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MwPhase {
+    /// Bound (type 1: also allocated and not yet bound, with length 0).
+    Valid,
+    /// A type 2 window not bound (allocated or invalidated).
+    Free,
+}
+
+/// What a window currently opens.
+#[derive(Clone)]
+pub(crate) struct MwState {
+    pub rkey: u32,
+    pub phase: MwPhase,
+    pub access: Access,
+    pub addr: u64,
+    pub length: u64,
+    /// The region the window opens (its key and its bytes, so that a region deregistered
+    /// and a new one under a reused key are never confused).
+    pub mr: Option<(u32, Arc<AtomicBytes>)>,
+    /// The QP a type 2 window was bound from.
+    pub qpn: Option<u32>,
+}
+
+/// A memory window as the engine and the application share it.
+pub(crate) struct MwInner {
+    pub pd: u32,
+    pub mw_type: MwType,
+    pub state: parking_lot::Mutex<MwState>,
+}
+
+enum Entry {
+    Mr(Arc<MrInner>),
+    Mw(Arc<MwInner>),
+}
+
+/// The registered regions and allocated memory windows of a device, by key index.
 ///
 /// A region has one key, used both as lkey and as rkey (as kernel rxe does since Linux 6.0:
 /// `rxe_mr_init` sets both to the same value whatever the access). A region without remote
 /// access rights still has its rkey, and remote requests naming it are refused for the
 /// missing right, so `ibv_rereg_mr` can grant or withdraw remote access without changing
 /// the keys the application already handed out.
+///
+/// As in rxe, a key is an index (its upper 24 bits) and an 8-bit key: a window keeps its
+/// index and takes a new 8-bit key at every bind, so an rkey handed out for an earlier bind
+/// stops working. Indexes are unique across regions and windows, so a key names at most one
+/// object; lookups compare the whole key.
 #[derive(Default)]
 pub(crate) struct MrTable {
-    by_key: HashMap<u32, Arc<MrInner>, KeyBuild>,
+    by_index: HashMap<u32, Entry, KeyBuild>,
+    regions: usize,
+    windows: usize,
 }
 
 impl MrTable {
+    /// Registered regions.
     pub(crate) fn len(&self) -> usize {
-        self.by_key.len()
+        self.regions
+    }
+
+    /// Allocated memory windows.
+    pub(crate) fn windows(&self) -> usize {
+        self.windows
+    }
+
+    /// A random key whose index no region or window has.
+    fn fresh_key(&self) -> u32 {
+        loop {
+            let k = random_u32();
+            if k >> 8 != 0 && !self.by_index.contains_key(&(k >> 8)) {
+                break k;
+            }
+        }
     }
 
     /// Inserts a region under a fresh random key (lkey = rkey); returns the region.
@@ -321,12 +402,7 @@ impl MrTable {
         bytes: AtomicBytes,
         remote_invalidate: bool,
     ) -> Arc<MrInner> {
-        let key = loop {
-            let k = random_u32();
-            if k != 0 && !self.by_key.contains_key(&k) {
-                break k;
-            }
-        };
+        let key = self.fresh_key();
         let mr = Arc::new(MrInner {
             pd,
             lkey: key,
@@ -337,8 +413,43 @@ impl MrTable {
             rkey_valid: AtomicBool::new(true),
             remote_invalidate,
         });
-        self.by_key.insert(key, mr.clone());
+        self.by_index.insert(key >> 8, Entry::Mr(mr.clone()));
+        self.regions += 1;
         mr
+    }
+
+    /// Allocates a memory window of protection domain `pd` (`ibv_alloc_mw`): a type 1 window
+    /// starts valid with nothing bound, a type 2 window free.
+    pub(crate) fn insert_mw(&mut self, pd: u32, mw_type: MwType) -> Arc<MwInner> {
+        let rkey = self.fresh_key();
+        let phase = if mw_type == MwType::Type1 { MwPhase::Valid } else { MwPhase::Free };
+        let mw = Arc::new(MwInner {
+            pd,
+            mw_type,
+            state: parking_lot::Mutex::new(MwState {
+                rkey,
+                phase,
+                access: Access::NONE,
+                addr: 0,
+                length: 0,
+                mr: None,
+                qpn: None,
+            }),
+        });
+        self.by_index.insert(rkey >> 8, Entry::Mw(mw.clone()));
+        self.windows += 1;
+        mw
+    }
+
+    /// Deallocates the window `mw` (`ibv_dealloc_mw`): its rkey stops working at once.
+    pub(crate) fn remove_mw(&mut self, mw: &Arc<MwInner>) {
+        let index = mw.state.lock().rkey >> 8;
+        if let Some(Entry::Mw(m)) = self.by_index.get(&index)
+            && Arc::ptr_eq(m, mw)
+        {
+            self.by_index.remove(&index);
+            self.windows -= 1;
+        }
     }
 
     /// Moves the region registered under `key` to protection domain `pd` and/or gives it the
@@ -351,7 +462,7 @@ impl MrTable {
         pd: Option<u32>,
         access: Option<Access>,
     ) -> Option<Arc<MrInner>> {
-        let old = self.by_key.get(&key)?;
+        let old = self.region(key)?;
         let mr = Arc::new(MrInner {
             pd: pd.unwrap_or(old.pd),
             lkey: old.lkey,
@@ -362,34 +473,136 @@ impl MrTable {
             rkey_valid: AtomicBool::new(old.rkey_valid.load(Relaxed)),
             remote_invalidate: old.remote_invalidate,
         });
-        self.by_key.insert(key, mr.clone());
+        self.by_index.insert(key >> 8, Entry::Mr(mr.clone()));
         Some(mr)
     }
 
     pub(crate) fn remove(&mut self, lkey: u32) {
-        self.by_key.remove(&lkey);
+        if self.region(lkey).is_some() {
+            self.by_index.remove(&(lkey >> 8));
+            self.regions -= 1;
+        }
+    }
+
+    /// The region whose key is exactly `key`.
+    fn region(&self, key: u32) -> Option<&Arc<MrInner>> {
+        match self.by_index.get(&(key >> 8)) {
+            Some(Entry::Mr(mr)) if mr.lkey == key => Some(mr),
+            _ => None,
+        }
+    }
+
+    /// The window whose current rkey is exactly `rkey`, with its state locked.
+    fn window(&self, rkey: u32) -> Option<(&MwInner, parking_lot::MutexGuard<'_, MwState>)> {
+        match self.by_index.get(&(rkey >> 8)) {
+            Some(Entry::Mw(mw)) => {
+                let st = mw.state.lock();
+                (st.rkey == rkey).then_some((&**mw, st))
+            }
+            _ => None,
+        }
     }
 
     pub(crate) fn local(&self, pd: u32, lkey: u32) -> Result<&MrInner, MemError> {
-        let mr = self.by_key.get(&lkey).ok_or(MemError::InvalidKey)?;
+        let mr = self.region(lkey).ok_or(MemError::InvalidKey)?;
         if mr.pd != pd {
             return Err(MemError::PdMismatch);
         }
         Ok(mr)
     }
 
-    fn remote(&self, pd: u32, rkey: u32, need: Access) -> Result<&MrInner, MemError> {
-        let mr = self.by_key.get(&rkey).ok_or(MemError::InvalidKey)?;
-        if !mr.rkey_valid.load(Relaxed) {
-            return Err(MemError::InvalidKey);
+    /// Resolves a remote access of `len` bytes at `addr` under `rkey` needing `need`: the
+    /// region whose bytes are reached and the byte offset in it. A window's checks are rxe's
+    /// `rxe_lookup_mw` (same PD, a type 2 window only for the QP that bound it, bound and
+    /// not empty, the rights) plus the window's range (zero-based windows count `addr` from
+    /// their first byte).
+    fn remote(
+        &self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<(&MrInner, usize), MemError> {
+        match self.by_index.get(&(rkey >> 8)) {
+            Some(Entry::Mr(mr)) if mr.rkey == rkey => {
+                if !mr.rkey_valid.load(Relaxed) {
+                    return Err(MemError::InvalidKey);
+                }
+                if mr.pd != pd {
+                    return Err(MemError::PdMismatch);
+                }
+                if !mr.access.contains(need) {
+                    return Err(MemError::AccessDenied);
+                }
+                Ok((mr, mr.offset(addr, len)?))
+            }
+            Some(Entry::Mw(mw)) => {
+                let st = mw.state.lock();
+                if st.rkey != rkey || st.phase != MwPhase::Valid || st.length == 0 {
+                    return Err(MemError::InvalidKey);
+                }
+                if mw.pd != pd {
+                    return Err(MemError::PdMismatch);
+                }
+                if mw.mw_type == MwType::Type2 && st.qpn != Some(qpn) {
+                    return Err(MemError::InvalidKey);
+                }
+                if !st.access.contains(need) {
+                    return Err(MemError::AccessDenied);
+                }
+                let va = if st.access.contains(Access::ZERO_BASED) {
+                    st.addr.checked_add(addr).ok_or(MemError::OutOfBounds)?
+                } else {
+                    addr
+                };
+                let end = va.checked_add(len).ok_or(MemError::OutOfBounds)?;
+                if va < st.addr || st.addr.checked_add(st.length).is_none_or(|e| end > e) {
+                    return Err(MemError::OutOfBounds);
+                }
+                let (mr_key, bytes) = st.mr.as_ref().ok_or(MemError::InvalidKey)?;
+                // The region must still be registered (a deregistered region's memory may
+                // be gone: ibverbs programs free it).
+                let mr = self.region(*mr_key).ok_or(MemError::InvalidKey)?;
+                if !Arc::ptr_eq(&mr.bytes, bytes) {
+                    return Err(MemError::InvalidKey);
+                }
+                Ok((mr, mr.offset(va, len)?))
+            }
+            _ => Err(MemError::InvalidKey),
         }
+    }
+
+    /// Invalidates the type 2 window or the invalidatable region named by `rkey` (rxe's
+    /// `rxe_invalidate_mw` / `rxe_invalidate_mr`).
+    fn invalidate(&self, pd: u32, qpn: u32, rkey: u32, remote: bool) -> Result<(), MemError> {
+        if let Some((mw, mut st)) = self.window(rkey) {
+            // o10-37.2.26: a type 1 window cannot be invalidated; a remote invalidation must
+            // come through the QP the window was bound from.
+            if mw.mw_type == MwType::Type1 || st.phase != MwPhase::Valid || (remote && st.qpn != Some(qpn)) {
+                return Err(MemError::BadWindow);
+            }
+            *st = MwState {
+                rkey: st.rkey,
+                phase: MwPhase::Free,
+                access: Access::NONE,
+                addr: 0,
+                length: 0,
+                mr: None,
+                qpn: None,
+            };
+            return Ok(());
+        }
+        let mr = self.region(rkey).ok_or(MemError::InvalidKey)?;
         if mr.pd != pd {
             return Err(MemError::PdMismatch);
         }
-        if !mr.access.contains(need) {
+        if !mr.remote_invalidate {
             return Err(MemError::AccessDenied);
         }
-        Ok(mr)
+        mr.rkey_valid.store(false, Relaxed);
+        Ok(())
     }
 }
 
@@ -409,24 +622,29 @@ impl Memory for MrTable {
         mr.bytes.write(off, src);
         Ok(())
     }
-    fn check_remote(&self, pd: u32, rkey: u32, addr: u64, len: u64, access: Access) -> Result<(), MemError> {
-        self.remote(pd, rkey, access)?.offset(addr, len).map(|_| ())
+    fn check_remote(
+        &self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(), MemError> {
+        self.remote(pd, qpn, rkey, addr, len, access).map(|_| ())
     }
-    fn read_remote(&self, pd: u32, rkey: u32, addr: u64, dst: &mut [u8]) -> Result<(), MemError> {
-        let mr = self.remote(pd, rkey, Access::REMOTE_READ)?;
-        let off = mr.offset(addr, dst.len() as u64)?;
+    fn read_remote(&self, pd: u32, qpn: u32, rkey: u32, addr: u64, dst: &mut [u8]) -> Result<(), MemError> {
+        let (mr, off) = self.remote(pd, qpn, rkey, addr, dst.len() as u64, Access::REMOTE_READ)?;
         mr.bytes.read(off, dst);
         Ok(())
     }
-    fn write_remote(&self, pd: u32, rkey: u32, addr: u64, src: &[u8]) -> Result<(), MemError> {
-        let mr = self.remote(pd, rkey, Access::REMOTE_WRITE)?;
-        let off = mr.offset(addr, src.len() as u64)?;
+    fn write_remote(&self, pd: u32, qpn: u32, rkey: u32, addr: u64, src: &[u8]) -> Result<(), MemError> {
+        let (mr, off) = self.remote(pd, qpn, rkey, addr, src.len() as u64, Access::REMOTE_WRITE)?;
         mr.bytes.write(off, src);
         Ok(())
     }
-    fn atomic_remote(&self, pd: u32, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
-        let mr = self.remote(pd, rkey, Access::REMOTE_ATOMIC)?;
-        let off = mr.offset(addr, 8)?;
+    fn atomic_remote(&self, pd: u32, qpn: u32, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
+        let (mr, off) = self.remote(pd, qpn, rkey, addr, 8, Access::REMOTE_ATOMIC)?;
         let word = mr.bytes.word(off).ok_or(MemError::Misaligned)?;
         Ok(match op {
             AtomicOp::CompareSwap { compare, swap } => {
@@ -435,15 +653,60 @@ impl Memory for MrTable {
             AtomicOp::FetchAdd { add } => word.fetch_add(add, Relaxed),
         })
     }
-    fn invalidate_remote(&self, pd: u32, rkey: u32) -> Result<(), MemError> {
-        let mr = self.by_key.get(&rkey).ok_or(MemError::InvalidKey)?;
-        if mr.pd != pd {
-            return Err(MemError::PdMismatch);
+    fn invalidate_remote(&self, pd: u32, qpn: u32, rkey: u32) -> Result<(), MemError> {
+        self.invalidate(pd, qpn, rkey, true)
+    }
+    fn invalidate_local(&self, pd: u32, qpn: u32, rkey: u32) -> Result<(), MemError> {
+        self.invalidate(pd, qpn, rkey, false)
+    }
+    /// rxe's `rxe_check_bind_mw` + `rxe_do_bind_mw`, with one check more: the region must be
+    /// of the window's protection domain (IBTA C10-71; rxe leaves it out).
+    fn bind_mw(&self, pd: u32, qpn: u32, b: &MwBind) -> Result<(), MemError> {
+        let (mw, mut st) = self.window(b.mw_rkey.value()).ok_or(MemError::BadWindow)?;
+        let access = b.access;
+        // Local write and MW bind in a window's rights mean nothing and are accepted, as
+        // rxe does (pyverbs binds with LOCAL_WRITE | REMOTE_WRITE).
+        if mw.pd != pd {
+            return Err(MemError::BadWindow);
         }
-        if !mr.remote_invalidate {
-            return Err(MemError::AccessDenied);
+        let mr =
+            if b.length != 0 { Some(self.region(b.lkey.value()).ok_or(MemError::BadWindow)?) } else { None };
+        match mw.mw_type {
+            MwType::Type1 => {
+                if st.phase != MwPhase::Valid || access.contains(Access::ZERO_BASED) {
+                    return Err(MemError::BadWindow);
+                }
+            }
+            MwType::Type2 => {
+                if st.phase != MwPhase::Free || mr.is_none() {
+                    return Err(MemError::BadWindow);
+                }
+            }
         }
-        mr.rkey_valid.store(false, Relaxed);
+        if let Some(mr) = mr {
+            let writable = access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC);
+            // A zero-based window too must lie inside the region (rxe checks only its
+            // length; the window's own range then bounds every access).
+            let inside = b.addr >= mr.addr
+                && b.addr.checked_add(b.length).is_some_and(|end| end <= mr.addr + mr.bytes.len() as u64);
+            if mr.pd != mw.pd
+                || mr.access.contains(Access::ZERO_BASED)
+                || !mr.access.contains(Access::MW_BIND)
+                || (writable && !mr.access.contains(Access::LOCAL_WRITE))
+                || !inside
+            {
+                return Err(MemError::BadWindow);
+            }
+        }
+        *st = MwState {
+            rkey: (st.rkey & !0xff) | (b.new_rkey.value() & 0xff),
+            phase: MwPhase::Valid,
+            access,
+            addr: b.addr,
+            length: b.length,
+            mr: mr.map(|m| (m.lkey, m.bytes.clone())),
+            qpn: (mw.mw_type == MwType::Type2).then_some(qpn),
+        };
         Ok(())
     }
 }

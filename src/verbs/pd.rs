@@ -98,6 +98,18 @@ impl ProtectionDomain {
         Ok(MemoryRegion { inner, device: self.device.shared.clone() })
     }
 
+    /// `ibv_alloc_mw`: a memory window of this protection domain (see [`super::mw`]).
+    pub fn alloc_mw(&self, mw_type: super::MwType) -> Result<super::MemoryWindow> {
+        let max = self.device.shared.attr.max_mw;
+        let mut table = self.device.shared.mrs.write();
+        if table.windows() >= max as usize {
+            return Err(Error::Limit { what: "max_mw", max: max as u64 });
+        }
+        let inner = table.insert_mw(self.id, mw_type);
+        drop(table);
+        Ok(super::MemoryWindow { inner, device: self.device.shared.clone() })
+    }
+
     /// `ibv_create_qp`.
     pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<QueuePair> {
         QueuePair::create(self, init)

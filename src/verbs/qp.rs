@@ -595,7 +595,43 @@ impl QueuePair {
     }
 
     /// `ibv_post_send` for one work request.
-    pub fn post_send(&self, mut wr: SendWr) -> Result<()> {
+    pub fn post_send(&self, wr: SendWr) -> Result<()> {
+        let wr = self.check_send(wr)?;
+        self.reserve_send(1)?;
+        self.push_send(wr)?;
+        self.schedule();
+        Ok(())
+    }
+
+    /// Posts all of `wrs` or none (what `ibv_wr_complete` does with a batch built by the
+    /// `ibv_wr_*` calls): every request is checked and room for all of them is reserved
+    /// before the first is queued. On an error nothing was posted; the error comes with the
+    /// index of the request that failed its checks (or 0 when the queue has no room for the
+    /// whole batch).
+    pub fn post_send_all(&self, wrs: Vec<SendWr>) -> std::result::Result<(), (usize, Error)> {
+        let mut checked = Vec::with_capacity(wrs.len());
+        for (i, wr) in wrs.into_iter().enumerate() {
+            checked.push(self.check_send(wr).map_err(|e| (i, e))?);
+        }
+        if checked.is_empty() {
+            return Ok(());
+        }
+        let n = checked.len();
+        self.reserve_send(n).map_err(|e| (0, e))?;
+        for (i, wr) in checked.into_iter().enumerate() {
+            if let Err(e) = self.push_send(wr) {
+                self.shared.send_outstanding.fetch_sub(n - i - 1, Ordering::SeqCst);
+                self.schedule();
+                return Err((i, e));
+            }
+        }
+        self.schedule();
+        Ok(())
+    }
+
+    /// The checks `ibv_post_send` makes before queueing (state, operation, sizes, keys,
+    /// address handle); applies `sq_sig_all`.
+    fn check_send(&self, mut wr: SendWr) -> Result<SendWr> {
         let s = &self.shared;
         let state = self.state();
         if !matches!(state, QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err) {
@@ -620,20 +656,58 @@ impl QueuePair {
         if s.sq_sig_all {
             wr.signaled = true;
         }
-        // Reserve a slot: posted and not yet finished must stay within the queue depth.
+        Ok(wr)
+    }
+
+    /// Reserves `n` send slots: posted and not yet finished must stay within the queue depth.
+    fn reserve_send(&self, n: usize) -> Result<()> {
+        let s = &self.shared;
         let max = s.caps.max_send_wr as usize;
-        if s.send_outstanding
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
-            .is_err()
-        {
-            return Err(PostError::QueueFull.into());
-        }
+        s.send_outstanding
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |cur| (cur + n <= max).then_some(cur + n))
+            .map(|_| ())
+            .map_err(|_| PostError::QueueFull.into())
+    }
+
+    /// Queues a checked request into a reserved slot. (The queue holds `max_send_wr`
+    /// requests and a slot was reserved, so it has room; were it full, the slot is given
+    /// back and the post fails.)
+    fn push_send(&self, wr: SendWr) -> Result<()> {
+        let s = &self.shared;
         if s.send_wrq.push(wr).is_err() {
             s.send_outstanding.fetch_sub(1, Ordering::SeqCst);
             return Err(PostError::QueueFull.into());
         }
-        self.schedule();
         Ok(())
+    }
+
+    /// `ibv_bind_mw`: binds the type 1 window `mw` to `len` bytes at `offset` of `mr` with
+    /// the remote rights `access`, as a signaled work request `wr_id` on this QP (its
+    /// completion has opcode [`WcOpcode::BindMw`](crate::transport::WcOpcode::BindMw)).
+    /// Returns the rkey the window has once the bind ran. A zero `len` unbinds the window. A
+    /// bind that fails its checks (region without [`Access::MW_BIND`], range outside the
+    /// region, another PD, …) completes with `IBV_WC_MW_BIND_ERR` and takes the QP to the
+    /// error state, as in rxe. Type 2 windows are bound with
+    /// [`MemoryWindow::bind_op`](super::MemoryWindow::bind_op) and `post_send` instead.
+    pub fn bind_mw(
+        &self,
+        wr_id: u64,
+        mw: &super::MemoryWindow,
+        mr: &super::MemoryRegion,
+        offset: u64,
+        len: u64,
+        access: crate::transport::Access,
+    ) -> Result<crate::transport::Rkey> {
+        if mw.mw_type() != super::MwType::Type1 {
+            return Err(Error::InvalidArgument(
+                "ibv_bind_mw binds type 1 windows; post a bind work request for type 2",
+            ));
+        }
+        let (op, rkey) = mw.bind_op(mr, offset, len, access);
+        let mut wr = SendWr::new(wr_id, op, &[]);
+        wr.signaled = true;
+        self.post_send(wr)?;
+        Ok(rkey)
     }
 
     /// Posts several send work requests in order; stops at the first refused one and returns

@@ -8,9 +8,11 @@
 #                                          UDP runs; default: both (the UDP matrix, then the
 #                                          raw subset, rows marked udp / raw)
 #
-# (rows: ibv_*_pingpong, perftest, labpeer and librdmacm's rping)
-# Needs the softroce binary and examples built (MATRIX_BIN_DIR, default target/release):
-#   cargo build --release --bin softroce --example lab
+# (rows: ibv_*_pingpong, perftest, labpeer, librdmacm's rping, and Debian's binaries through
+# softroce's drop-in libibverbs.so.1 on the host side)
+# Needs the softroce binary, examples and drop-in library built (MATRIX_BIN_DIR, default
+# target/release):
+#   cargo build --release --bin softroce --example lab && cargo build --release -p softroce-ibverbs
 # Writes $RIG_WORK/matrix/summary.md (the table docs/interop.md shows; UPDATE_DOCS=1 writes it
 # into docs/interop.md too) and one log and one pcap per run; exit 0 only if every run passed.
 #
@@ -317,6 +319,32 @@ for mtu in 1500 9000; do
         perf "perf-write_lat-uc-rxe2sr" $pmtu "" write_lat "UC" rxe2sr "-c UC -n 200" "-c UC -n 200"
         perf "perf-write_bw-all-rxe2sr" $pmtu "" write_bw "-a: 2 B .. 8 MiB" rxe2sr "-a -n 5" "-a -n 5"
         perf "perf-read_bw-all-sr2rxe" $pmtu "" read_bw "-a: 2 B .. 8 MiB" sr2rxe "-a -n 5" "-a -n 5"
+        # ---- Debian's own binaries on the host through softroce's drop-in libibverbs.so.1
+        # (abi/ibverbs) <-> the same binaries on rxe: the four pingpongs (data checked) and
+        # four perftest tools.
+        if LIBDIR=$("$SR" lib-path 2>/dev/null); then
+            DL="env SOFTROCE_DEVICES=$HOST LD_LIBRARY_PATH=$LIBDIR"
+            for t in rc uc ud srq; do
+                case $t in
+                    rc | uc) args="-g 1 -m $pmtu -s 4096 -n 200 -c" ;;
+                    ud) args="-g 1 -s $pmtu -n 200 -c" ;;
+                    srq) args="-g 1 -m $pmtu -s 4096 -q 4 -n 200 -c" ;;
+                esac
+                rxe_port=18515 run "abi-$t-sr2rxe" $pmtu "" "ibv_${t}_pingpong (drop-in lib)" "${t^^} SEND" "softroce → rxe" server \
+                    "ibv_${t}_pingpong $args" "$DL ibv_${t}_pingpong -d softroce0 $args $VM" "$PP_OK"
+                rxe_port=18515 run "abi-$t-rxe2sr" $pmtu "" "ibv_${t}_pingpong (drop-in lib)" "${t^^} SEND" "rxe → softroce" client \
+                    "ibv_${t}_pingpong $args $HOST" "$DL ibv_${t}_pingpong -d softroce0 $args" "$PP_OK"
+            done
+            for tool in write_bw send_lat read_bw atomic_bw; do
+                need=2 rxe_port=18515 run "abi-$tool-sr2rxe" $pmtu "" "ib_$tool (drop-in lib)" "defaults, 200 iters" "softroce → rxe" server \
+                    "ib_$tool -x 1 -n 200" "$DL ib_$tool -d softroce0 -x 1 -n 200 $VM" "$PERF_OK"
+                need=2 rxe_port=18515 run "abi-$tool-rxe2sr" $pmtu "" "ib_$tool (drop-in lib)" "defaults, 200 iters" "rxe → softroce" client \
+                    "ib_$tool -x 1 -n 200 $HOST" "$DL ib_$tool -d softroce0 -x 1 -n 200" "$PERF_OK"
+            done
+        else
+            say "no drop-in library beside $SR (cargo build --release -p softroce-ibverbs): its rows fail"
+            FAIL=$((FAIL + 1))
+        fi
     else
         # long trains at PMTU 4096: 1 MiB = 256 packets per message; Only at 4096 B
         for tool in send_bw write_bw read_bw; do

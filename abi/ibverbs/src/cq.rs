@@ -350,6 +350,8 @@ pub fn wc_opcode(op: WcOpcode) -> u32 {
         WcOpcode::RdmaRead => 2,
         WcOpcode::CompSwap => 3,
         WcOpcode::FetchAdd => 4,
+        WcOpcode::BindMw => 5,
+        WcOpcode::LocalInv => 6,
         WcOpcode::Recv => 128,
         WcOpcode::RecvRdmaWithImm => 129,
     }

@@ -6,8 +6,8 @@
 //! table of [`softroce::verbs::device::DeviceInfo`] (every entry RoCE v2), one P_Key (0xffff),
 //! LID 0, rxe's vendor id 0xFFFFFF, and the limits the Rust API enforces. Capabilities are
 //! honest: `device_cap_flags` has only what softroce does (RNR NAK generation, SRQ resize, a
-//! system image GUID); no memory windows, multicast, XRC, ODP, timestamps or device memory
-//! (all zero) until they exist.
+//! system image GUID, memory windows of type 1 and 2B); no multicast, XRC, ODP, timestamps or
+//! device memory (all zero) until they exist.
 
 use libc::{c_char, c_int, c_uint, size_t, ssize_t};
 
@@ -43,12 +43,17 @@ pub fn device_attr(rt: &DevRt) -> ibv_device_attr {
     d.hw_ver = 0;
     d.max_qp = clamp(a.max_qp as u64);
     d.max_qp_wr = clamp(a.max_qp_wr as u64);
-    d.device_cap_flags = IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE;
+    d.device_cap_flags = IBV_DEVICE_SYS_IMAGE_GUID
+        | IBV_DEVICE_RC_RNR_NAK_GEN
+        | IBV_DEVICE_SRQ_RESIZE
+        | IBV_DEVICE_MEM_WINDOW
+        | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     d.max_sge = clamp(a.max_sge as u64);
     d.max_sge_rd = clamp(a.max_sge as u64);
     d.max_cq = clamp(a.max_cq as u64);
     d.max_cqe = clamp(a.max_cqe as u64);
     d.max_mr = clamp(a.max_mr as u64);
+    d.max_mw = clamp(a.max_mw as u64);
     d.max_pd = clamp(a.max_pd as u64);
     d.max_qp_rd_atom = clamp(a.max_qp_rd_atom as u64);
     d.max_res_rd_atom = clamp(a.max_qp_rd_atom as u64 * a.max_qp as u64);

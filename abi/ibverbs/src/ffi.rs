@@ -93,6 +93,10 @@ pub const IBV_DEVICE_CURR_QP_STATE_MOD: u32 = 1 << 7;
 pub const IBV_DEVICE_SYS_IMAGE_GUID: u32 = 1 << 11;
 pub const IBV_DEVICE_RC_RNR_NAK_GEN: u32 = 1 << 12;
 pub const IBV_DEVICE_SRQ_RESIZE: u32 = 1 << 13;
+/// `IBV_DEVICE_MEM_WINDOW`.
+pub const IBV_DEVICE_MEM_WINDOW: u32 = 1 << 17;
+/// `IBV_DEVICE_MEM_WINDOW_TYPE_2B`.
+pub const IBV_DEVICE_MEM_WINDOW_TYPE_2B: u32 = 1 << 24;
 pub const IBV_DEVICE_N_NOTIFY_CQ: u32 = 1 << 14;
 
 pub const IBV_EVENT_CQ_ERR: u32 = 0;

@@ -41,6 +41,7 @@ pub mod kern;
 #[cfg(test)]
 mod layout;
 pub mod misc;
+pub mod mw;
 pub mod object;
 pub mod ops;
 pub mod pd;

@@ -3,9 +3,8 @@
 //! `ibv_context.ops` (called with no NULL check by `ibv_poll_cq`, `ibv_req_notify_cq`,
 //! `ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv`, `ibv_dealloc_mw`; with one by
 //! `ibv_alloc_mw`; `ibv_bind_mw` after its own checks) must never hold NULL in a called slot:
-//! each points at a function here that fails cleanly until its object exists. Objects cannot
-//! exist yet (no CQ, QP, SRQ or MW can be created), so these are reached only by programs that
-//! pass garbage; when the objects arrive, point the slots at their real implementations.
+//! each points at the real implementation (`cq.rs`, `qp.rs`, `srq.rs`, `mw.rs`), which
+//! refuses objects that are not ours.
 //! `_compat_query_device`/`_compat_query_port` point at the real queries, as in rdma-core.
 //!
 //! `verbs_context` slots: `query_port` and `query_device_ex` are implemented. Everything else is
@@ -17,10 +16,7 @@
 //! is asked for. The next slots to fill are `create_cq_ex`, `create_qp_ex` (perftest and
 //! `ibv_rc_pingpong -N` use the new post API), `create_srq_ex`, `modify_cq` if wanted.
 
-use libc::{c_int, c_uint};
-
 use crate::ffi::*;
-use crate::util::set_errno;
 
 /// Fills the slots of a new context.
 pub fn fill(v: &mut verbs_context) {
@@ -31,27 +27,12 @@ pub fn fill(v: &mut verbs_context) {
     let ops = &mut v.context.ops;
     ops._compat_query_device = Some(crate::device::ibv_query_device);
     ops._compat_query_port = Some(crate::device::ibv_query_port);
-    ops.alloc_mw = Some(alloc_mw);
-    ops.bind_mw = Some(bind_mw);
-    ops.dealloc_mw = Some(dealloc_mw);
+    ops.alloc_mw = Some(crate::mw::alloc_mw);
+    ops.bind_mw = Some(crate::mw::bind_mw);
+    ops.dealloc_mw = Some(crate::mw::dealloc_mw);
     ops.poll_cq = Some(crate::cq::poll_cq);
     ops.req_notify_cq = Some(crate::cq::req_notify_cq);
     ops.post_srq_recv = Some(crate::srq::post_srq_recv);
     ops.post_send = Some(crate::qp::post_send);
     ops.post_recv = Some(crate::qp::post_recv);
-}
-
-const E: c_int = libc::EOPNOTSUPP;
-
-unsafe extern "C" fn alloc_mw(_pd: *mut ibv_pd, _type: c_uint) -> *mut ibv_mw {
-    set_errno(E);
-    std::ptr::null_mut()
-}
-
-unsafe extern "C" fn bind_mw(_qp: *mut ibv_qp, _mw: *mut ibv_mw, _bind: *mut ibv_mw_bind) -> c_int {
-    E
-}
-
-unsafe extern "C" fn dealloc_mw(_mw: *mut ibv_mw) -> c_int {
-    E
 }

@@ -146,6 +146,8 @@ pub(crate) fn create(
         c.wr_send = Some(wr_send);
         c.wr_send_imm = Some(wr_send_imm);
         c.wr_send_inv = Some(wr_send_inv);
+        c.wr_bind_mw = Some(wr_bind_mw);
+        c.wr_local_inv = Some(wr_local_inv);
         c.wr_rdma_write = Some(wr_rdma_write);
         c.wr_rdma_write_imm = Some(wr_rdma_write_imm);
         c.wr_rdma_read = Some(wr_rdma_read);
@@ -314,7 +316,7 @@ fn attrs_of(a: &ibv_qp_attr, m: c_int) -> Result<QpAttrs, Errno> {
         q.state = Some(state_of(a.qp_state)?);
     }
     if has(mask::ACCESS_FLAGS) {
-        q.access = Some(Access::from_bits(a.qp_access_flags));
+        q.access = Some(Access::from_bits(a.qp_access_flags).intersect(Access::ALL));
     }
     if has(mask::PKEY_INDEX) {
         q.pkey_index = Some(a.pkey_index);
@@ -525,9 +527,17 @@ unsafe fn send_wr_of(o: &Obj<ibv_qp_ex, Qp>, w: &ibv_send_wr) -> Result<SendWr, 
             remote: RemoteAddr { addr: atomic.remote_addr, rkey: Rkey::new(atomic.rkey) },
             add: atomic.compare_add,
         },
+        // `invalidate_rkey` shares its bytes with `imm_data` (a union), in host order.
+        7 => SendOp::LocalInv(Rkey::new(w.imm_data)),
+        8 => {
+            // SAFETY: the union member the opcode names; its window and region pointers are
+            // the application's.
+            let b = unsafe { w.ext.bind_mw };
+            // SAFETY: as above.
+            unsafe { crate::mw::bind_op(b.mw, b.rkey, &b.bind_info) }?
+        }
         9 => SendOp::SendWithInv(Rkey::new(w.imm_data)),
-        // LOCAL_INV, BIND_MW (memory windows: not yet), TSO, driver ops, atomic write.
-        7 | 8 => return Err(libc::EOPNOTSUPP),
+        // TSO, driver ops, atomic write.
         _ => return Err(libc::EINVAL),
     };
     let payload = if w.send_flags & IBV_SEND_INLINE != 0 && !op.is_read_or_atomic() {
@@ -638,9 +648,9 @@ pub unsafe extern "C" fn post_recv(
 }
 
 /// The `send_ops_flags` softroce offers: WRITE (with immediate), SEND (with immediate, with
-/// invalidate), READ, both atomics. LOCAL_INV and BIND_MW wait for memory windows; TSO is
-/// for raw packet QPs.
-const SUPPORTED_SEND_OPS: u64 = 0x7f | 0x200;
+/// invalidate), READ, both atomics, LOCAL_INV and BIND_MW. TSO is for raw packet QPs; atomic
+/// write (rxe has it since Linux 6.2) is not offered.
+const SUPPORTED_SEND_OPS: u64 = 0x3ff;
 
 const IBV_QP_INIT_ATTR_PD: u32 = 1;
 const IBV_QP_INIT_ATTR_CREATE_FLAGS: u32 = 4;
@@ -747,9 +757,10 @@ unsafe extern "C" fn wr_abort(qpx: *mut ibv_qp_ex) {
     with_batch(qpx, |_, b| *b = Batch::default());
 }
 
-/// `wr_complete`: posts what was built, in order; 0 or the first errno (of building or
-/// posting). Unlike a hardware doorbell this is not all-or-nothing: requests before the
-/// failing one are posted.
+/// `wr_complete`: posts what was built, all or nothing (as rxe's provider, which advances
+/// the queue's producer index only when the whole batch was built); 0 or the errno of the
+/// first request that failed to build or to pass the post checks (`ENOMEM` when the queue
+/// has no room for the whole batch). The batch is gone either way.
 unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
     let mut r = 0;
     with_batch(qpx, |o, b| {
@@ -758,11 +769,8 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
             r = e;
             return;
         }
-        for w in batch.wrs {
-            if let Err(e) = o.rust.qp.post_send(w) {
-                r = post_errno(&e);
-                return;
-            }
+        if let Err((_, e)) = o.rust.qp.post_send_all(batch.wrs) {
+            r = post_errno(&e);
         }
     });
     r
@@ -780,6 +788,29 @@ unsafe extern "C" fn wr_send_imm(qpx: *mut ibv_qp_ex, imm: u32) {
 }
 unsafe extern "C" fn wr_send_inv(qpx: *mut ibv_qp_ex, rkey: u32) {
     push(qpx, SendOp::SendWithInv(Rkey::new(rkey)));
+}
+unsafe extern "C" fn wr_bind_mw(
+    qpx: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
+) {
+    if info.is_null() {
+        with_batch(qpx, |_, b| {
+            b.err.get_or_insert(libc::EINVAL);
+        });
+        return;
+    }
+    // SAFETY: the application's window and bind description.
+    match unsafe { crate::mw::bind_op(mw, rkey, &*info) } {
+        Ok(op) => push(qpx, op),
+        Err(e) => with_batch(qpx, |_, b| {
+            b.err.get_or_insert(e);
+        }),
+    }
+}
+unsafe extern "C" fn wr_local_inv(qpx: *mut ibv_qp_ex, rkey: u32) {
+    push(qpx, SendOp::LocalInv(Rkey::new(rkey)));
 }
 unsafe extern "C" fn wr_rdma_write(qpx: *mut ibv_qp_ex, rkey: u32, addr: u64) {
     push(qpx, SendOp::RdmaWrite(remote(rkey, addr)));

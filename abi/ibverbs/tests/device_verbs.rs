@@ -87,7 +87,7 @@ fn device_level_verbs_from_c() {
     assert_eq!(
         line(&out, "vendor_id"),
         format!(
-            "0xffffff part {} max_qp {} max_cqe {} max_sge {} max_mr {} max_pd {} max_qp_rd_atom {} max_srq {} max_ah {} ports 1 atomic 1 cap_flags 0x3800 guid {guid}",
+            "0xffffff part {} max_qp {} max_cqe {} max_sge {} max_mr {} max_pd {} max_qp_rd_atom {} max_srq {} max_ah {} ports 1 atomic 1 cap_flags 0x1023800 guid {guid}",
             a.vendor_part_id,
             a.max_qp,
             a.max_cqe,
@@ -304,7 +304,7 @@ fn debian_ibv_devices_and_devinfo() {
     }
     assert_eq!(g("max_mr_size"), format!("{:#x}", a.max_mr_size));
     assert_eq!(g("atomic_cap"), "ATOMIC_HCA (1)");
-    assert_eq!(g("max_mw"), "0");
+    assert_eq!(g("max_mw"), a.max_mw.to_string());
     assert_eq!(g("max_mcast_grp"), "0");
     assert_eq!(g("num_comp_vectors"), "1");
     assert_eq!(g("state"), "PORT_ACTIVE (4)");

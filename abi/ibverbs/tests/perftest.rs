@@ -68,3 +68,11 @@ fn perftest_four_qps_and_all_sizes() {
     perf("perftest_send_bw_q4", "ib_send_bw", &["-n", "200", "-q", "4"], "800");
     perf("perftest_write_bw_all", "ib_write_bw", &["-n", "20", "-a"], "20");
 }
+
+#[test]
+fn perftest_old_post_send() {
+    // `--use_old_post_send` asks for ibv_post_send with ibv_send_wr lists explicitly.
+    perf("perftest_write_bw_old", "ib_write_bw", &["-n", "300", "--use_old_post_send"], "300");
+    perf("perftest_send_lat_old", "ib_send_lat", &["-n", "300", "--use_old_post_send"], "300");
+    perf("perftest_read_bw_old", "ib_read_bw", &["-n", "300", "--use_old_post_send"], "300");
+}
