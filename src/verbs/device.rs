@@ -213,6 +213,9 @@ pub(crate) struct RxCounters {
     pub mad_no_route: AtomicU64,
 }
 
+/// A receiver of asynchronous events ([`Device::on_async_event`]).
+pub type AsyncEventHook = Arc<dyn Fn(AsyncEvent) + Send + Sync>;
+
 /// An asynchronous event (`ibv_async_event`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AsyncEvent {
@@ -253,6 +256,8 @@ pub(crate) struct DeviceShared {
     pub sleeping: AtomicBool,
     pub posted: SegQueue<u32>,
     pub events: SegQueue<AsyncEvent>,
+    /// Where asynchronous events go instead of `events` ([`Device::on_async_event`]).
+    pub event_hook: RwLock<Option<AsyncEventHook>>,
     pub rx: Arc<RxCounters>,
     /// Mark data packets ECT(0) (`DeviceConfig::ecn`).
     pub ecn: bool,
@@ -282,6 +287,15 @@ pub(crate) type CmSink = dyn FnMut(&mut crate::transport::cm::CmEndpoint, crate:
     + Send;
 
 impl DeviceShared {
+    /// Raises an asynchronous event: to the hook if one is set, else to the queue.
+    pub(crate) fn raise(&self, ev: AsyncEvent) {
+        let hook = self.event_hook.read().clone();
+        match hook {
+            Some(h) => h(ev),
+            None => self.events.push(ev),
+        }
+    }
+
     /// Tells the engine a QP has new work; wakes it if it sleeps.
     pub(crate) fn schedule(&self, qpn: u32) {
         self.posted.push(qpn);
@@ -647,6 +661,7 @@ impl Device {
             sleeping: AtomicBool::new(false),
             posted: SegQueue::new(),
             events: SegQueue::new(),
+            event_hook: RwLock::new(None),
             rx,
             ecn: cfg.ecn,
             next_id: AtomicU32::new(1),
@@ -780,6 +795,16 @@ impl Device {
     /// The next asynchronous event, if any (`ibv_get_async_event`).
     pub fn poll_async_event(&self) -> Option<AsyncEvent> {
         self.shared.events.pop()
+    }
+
+    /// Hands every asynchronous event from now on to `hook`, as it is raised, instead of
+    /// queueing it for [`Device::poll_async_event`] (events already queued stay there). The
+    /// hook runs on the engine's thread: it must be quick, must not block, and must not call
+    /// into this device (deliver the event to a queue, a pipe, a channel). For a program
+    /// that waits for events without calling anything else meanwhile (an `ibv_asyncwatch`
+    /// thread): with the queue alone, nothing would wake it.
+    pub fn on_async_event(&self, hook: impl Fn(AsyncEvent) + Send + Sync + 'static) {
+        *self.shared.event_hook.write() = Some(Arc::new(hook));
     }
     /// Counters summed over every QP, past and present, plus the receive path's own.
     pub fn counters(&self) -> Result<DeviceCounters> {

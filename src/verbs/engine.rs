@@ -424,7 +424,7 @@ impl Engine {
                                 r = s.srq.set_limit(l).map_err(Error::from);
                             }
                             if s.srq.poll_limit_event() {
-                                st.shared.events.push(AsyncEvent::SrqLimitReached { srqn });
+                                st.shared.raise(AsyncEvent::SrqLimitReached { srqn });
                             }
                             r
                         }
@@ -884,7 +884,7 @@ impl State {
                         s.take_posts();
                         slot.qp.handle_packet_srq(now, &p, grh.as_ref(), mrs, &mut s.srq);
                         if s.srq.poll_limit_event() {
-                            self.shared.events.push(AsyncEvent::SrqLimitReached { srqn });
+                            self.shared.raise(AsyncEvent::SrqLimitReached { srqn });
                         }
                     }
                     // (the SRQ outlives its QPs: cannot happen)
@@ -1027,7 +1027,7 @@ impl State {
                 [(send_overrun, &slot.send_cq), (recv_overrun && !(same && send_overrun), &slot.recv_cq)]
             {
                 if overran {
-                    self.shared.events.push(AsyncEvent::CqError { cq: cq.id });
+                    self.shared.raise(AsyncEvent::CqError { cq: cq.id });
                 }
             }
             let _ = q.modify(&crate::transport::QpAttrUpdate {
@@ -1040,7 +1040,7 @@ impl State {
         slot.send_cq.notify();
         slot.recv_cq.notify();
         while let Some(event) = q.poll_event() {
-            self.shared.events.push(AsyncEvent::Qp { qpn: Qpn::new(qpn), event });
+            self.shared.raise(AsyncEvent::Qp { qpn: Qpn::new(qpn), event });
         }
         slot.shared.set_state(q.state());
         if let Some(t) = q.poll_timeout()

@@ -220,7 +220,7 @@ pub unsafe extern "C-unwind" fn ibv_get_async_event(
         set_errno(libc::EINVAL);
         return -1;
     }
-    // Engine events queued since the last progress point.
+    // Engine events queued before the engine's hook was set.
     // SAFETY: the caller's context.
     guard((), || unsafe { crate::events::drain_ctx(ctx) });
     let mut rec = [0u8; 16];

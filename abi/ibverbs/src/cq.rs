@@ -33,8 +33,6 @@ pub struct Cq {
     /// Completion events handed out by `ibv_get_cq_event` (destroy waits until the
     /// application acknowledged as many).
     comp_events: AtomicU32,
-    /// Asynchronous events posted for this CQ.
-    pub async_events: AtomicU32,
     /// The completion `start_poll`/`next_poll` made current (the `ibv_wc_read_*` readers'
     /// source). The caller serialises a CQ's extended polling, so the lock is uncontended.
     cur: parking_lot::Mutex<WorkCompletion>,
@@ -136,12 +134,8 @@ pub(crate) fn create(
     cx.read_slid = Some(read_slid);
     cx.read_sl = Some(read_sl);
     cx.read_dlid_path_bits = Some(read_dlid_path_bits);
-    let rust = Cq {
-        cq,
-        comp_events: AtomicU32::new(0),
-        async_events: AtomicU32::new(0),
-        cur: parking_lot::Mutex::new(WorkCompletion::default()),
-    };
+    let rust =
+        Cq { cq, comp_events: AtomicU32::new(0), cur: parking_lot::Mutex::new(WorkCompletion::default()) };
     let p = Obj::into_c(cx, CQ_MAGIC, rust);
     // SAFETY: p is a fresh, boxed (pinned) CQ; the pthread objects are initialised in place.
     unsafe {
@@ -164,6 +158,9 @@ pub(crate) fn create(
             libc::pthread_mutex_unlock(&raw mut (*ctx).mutex);
         }
     }
+    // SAFETY: p is a live CQ of ours.
+    let num = unsafe { Obj::<ibv_cq_ex, Cq>::from_c(p, CQ_MAGIC) }.map_or(0, |o| o.rust.cq.cq_num());
+    crate::events::register_cq(ctx, num, p.cast());
     Ok(p)
 }
 
@@ -211,11 +208,12 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             }
         }
         let p = cq.cast::<ibv_cq_ex>();
+        let reported = crate::events::unregister_cq(o.c.context, o.rust.cq.cq_num());
         // SAFETY: the CQ's own initialised mutex/cond; the counters are written under it.
         unsafe {
             libc::pthread_mutex_lock(&raw mut (*p).mutex);
             while (*p).comp_events_completed != o.rust.comp_events.load(Ordering::SeqCst)
-                || (*p).async_events_completed != o.rust.async_events.load(Ordering::SeqCst)
+                || (*p).async_events_completed != reported
             {
                 libc::pthread_cond_wait(&raw mut (*p).cond, &raw mut (*p).mutex);
             }

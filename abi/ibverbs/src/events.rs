@@ -1,15 +1,18 @@
-//! Asynchronous events of QPs and SRQs: the engine's [`softroce::verbs::AsyncEvent`]s (which
-//! name QP and SRQ numbers) turned into records on the owning context's `async_fd`.
+//! Asynchronous events of QPs, SRQs and CQs: the engine's [`softroce::verbs::AsyncEvent`]s
+//! (which name QP, SRQ and CQ numbers) turned into records on the owning context's
+//! `async_fd`.
 //!
-//! A table maps (device, QPN) and (device, SRQN) to the C object and its context, and counts
-//! the events the application has *read* for each with `ibv_get_async_event` (destroy waits
-//! until it acknowledged as many, as the kernel's `events_reported`). An event still unread
-//! when its object is destroyed is dropped when it reaches the front of the pipe (the kernel
-//! removes it from the event file): `ibv_get_async_event` never hands out a destroyed object.
-//! The engine queues events without a wake-up, so they are drained at the library's own
-//! progress points: a `poll_cq` that returns an error completion, `ibv_modify_qp`, and
-//! `ibv_get_async_event` before it blocks. An event raised while nothing calls the library
-//! waits in the engine's queue until the next such call.
+//! A table maps (device, QPN), (device, SRQN) and (device, CQ number) to the C object and its
+//! context, and counts the events the application has *read* for each with
+//! `ibv_get_async_event` (destroy waits until it acknowledged as many, as the kernel's
+//! `events_reported`). An event still unread when its object is destroyed is dropped when it
+//! reaches the front of the pipe (the kernel removes it from the event file):
+//! `ibv_get_async_event` never hands out a destroyed object.
+//!
+//! When a device's engine starts, [`hook`] makes the engine deliver each event as it is raised
+//! (on the engine thread, into the owning context's pipe), so a thread blocked in
+//! `ibv_get_async_event` or polling `async_fd` wakes up with nothing else calling the library.
+//! [`drain`] still moves what was queued before that.
 
 use std::collections::HashMap;
 
@@ -30,6 +33,7 @@ struct Entry {
 struct Table {
     qps: HashMap<(usize, u32), Entry>,
     srqs: HashMap<(usize, u32), Entry>,
+    cqs: HashMap<(usize, u32), Entry>,
 }
 
 static TABLE: Mutex<Option<Table>> = Mutex::new(None);
@@ -71,6 +75,18 @@ pub fn unregister_srq(ctx: *mut ibv_context, srqn: u32) -> u32 {
     with(|t| t.srqs.remove(&(dev_key(ctx), srqn)).map_or(0, |e| e.reported))
 }
 
+/// Records a new CQ.
+pub fn register_cq(ctx: *mut ibv_context, cq_num: u32, cq: *mut ibv_cq) {
+    with(|t| {
+        t.cqs.insert((dev_key(ctx), cq_num), Entry { obj: cq as usize, ctx: ctx as usize, reported: 0 })
+    });
+}
+
+/// Forgets a CQ; returns how many events were delivered for it.
+pub fn unregister_cq(ctx: *mut ibv_context, cq_num: u32) -> u32 {
+    with(|t| t.cqs.remove(&(dev_key(ctx), cq_num)).map_or(0, |e| e.reported))
+}
+
 fn qp_event_type(e: QpEvent) -> u32 {
     match e {
         QpEvent::Fatal => IBV_EVENT_QP_FATAL,
@@ -81,31 +97,40 @@ fn qp_event_type(e: QpEvent) -> u32 {
     }
 }
 
+/// Posts `ev`, raised by the device whose `ibv_device *` is `key`, to the pipe of the context
+/// that owns its object (nothing if the object is not, or no longer, ours). The table stays
+/// locked while the record is written, so the object and its context cannot be destroyed
+/// meanwhile (destroy unregisters under the same lock first).
+pub fn deliver(key: usize, ev: AsyncEvent) {
+    with(|t| {
+        let (e, ty) = match ev {
+            AsyncEvent::Qp { qpn, event } => (t.qps.get(&(key, qpn.value())), qp_event_type(event)),
+            AsyncEvent::SrqLimitReached { srqn } => (t.srqs.get(&(key, srqn)), IBV_EVENT_SRQ_LIMIT_REACHED),
+            AsyncEvent::CqError { cq } => (t.cqs.get(&(key, cq)), IBV_EVENT_CQ_ERR),
+        };
+        if let Some(e) = e {
+            // SAFETY: the entry's context is live while its object is registered (objects
+            // are destroyed before their context, and unregistered before they are freed).
+            if let Some(c) = unsafe { Context::from_ibv(e.ctx as *const ibv_context) } {
+                // A full pipe (4096 unread events) drops it; Context counts the drops.
+                c.post_async_event(e.obj as u64, ty);
+            }
+        }
+    })
+}
+
 /// Moves every queued engine event of `dev` (the device of context `ctx`) to the owning
 /// contexts' async pipes.
 pub fn drain(ctx: *mut ibv_context, dev: &Device) {
     let key = dev_key(ctx);
     while let Some(ev) = dev.poll_async_event() {
-        let target = with(|t| {
-            let (e, ty) = match ev {
-                AsyncEvent::Qp { qpn, event } => (t.qps.get_mut(&(key, qpn.value())), qp_event_type(event)),
-                AsyncEvent::SrqLimitReached { srqn } => {
-                    (t.srqs.get_mut(&(key, srqn)), IBV_EVENT_SRQ_LIMIT_REACHED)
-                }
-                // CQ overflow: poll_cq reports it to the application directly.
-                AsyncEvent::CqError { .. } => (None, 0),
-            };
-            e.map(|e| (e.obj, e.ctx, ty))
-        });
-        if let Some((obj, c, ty)) = target {
-            // SAFETY: the entry's context is live while the object is (objects are destroyed
-            // before their context).
-            if let Some(c) = unsafe { Context::from_ibv(c as *const ibv_context) } {
-                // A full pipe (4096 unread events) drops it; Context counts the drops.
-                c.post_async_event(obj as u64, ty);
-            }
-        }
+        deliver(key, ev);
     }
+}
+
+/// Makes the engine of `dev` (listed as `ibv_device *` `key`) deliver its events at once.
+pub fn hook(key: usize, dev: &Device) {
+    dev.on_async_event(move |ev| crate::util::guard((), || deliver(key, ev)));
 }
 
 /// [`drain`] for a context, if its engine has started.
@@ -136,11 +161,18 @@ pub fn take(obj: u64, event_type: u32) -> bool {
             | IBV_EVENT_QP_LAST_WQE_REACHED
     );
     let srq = matches!(event_type, IBV_EVENT_SRQ_ERR | IBV_EVENT_SRQ_LIMIT_REACHED);
-    if !qp && !srq {
+    let cq = event_type == IBV_EVENT_CQ_ERR;
+    if !qp && !srq && !cq {
         return true;
     }
     with(|t| {
-        let m = if qp { &mut t.qps } else { &mut t.srqs };
+        let m = if qp {
+            &mut t.qps
+        } else if srq {
+            &mut t.srqs
+        } else {
+            &mut t.cqs
+        };
         match m.values_mut().find(|e| e.obj as u64 == obj) {
             Some(e) => {
                 e.reported += 1;

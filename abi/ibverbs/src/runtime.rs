@@ -267,6 +267,7 @@ impl DevRt {
         drop(self.reservation.lock().take());
         match Device::open(self.cfg.clone()) {
             Ok(d) => {
+                crate::events::hook(self.dev.as_ibv() as usize, &d);
                 *engine = Some(d.clone());
                 Ok(d)
             }
