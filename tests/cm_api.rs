@@ -273,23 +273,13 @@ fn make_ud_qp(id: &mut CmId) -> Res {
     Res { _pd: pd, cq, mr }
 }
 
-/// One UD SEND with immediate from `a` (through `ah` to `qpn`/`qkey`) into a receive on `b`;
-/// returns the receive's completion.
-fn ud_exchange(
-    a: &CmId,
-    ra: &Res,
-    ah: &AddressHandle,
-    qpn: u32,
-    qkey: Qkey,
-    b: &CmId,
-    rb: &Res,
-    msg: &[u8],
-) -> WorkCompletion {
+/// One UD SEND with immediate from `a` (to `to`: address handle, QPN, Q_Key) into a receive
+/// on `b`; returns the receive's completion.
+fn ud_exchange(a: &CmId, ra: &Res, to: UdDest, b: &CmId, rb: &Res, msg: &[u8]) -> WorkCompletion {
     b.qp().unwrap().post_recv(RecvWr::new(7, &[rb.mr.sge(0, 40 + 256)])).unwrap();
     ra.mr.write(1024, msg).unwrap();
     let imm = a.qp().unwrap().qp_num().value();
-    let wr =
-        SendWr::send_with_imm(8, &[ra.mr.sge(1024, msg.len() as u32)], imm).to(ah.dest(Qpn::new(qpn), qkey));
+    let wr = SendWr::send_with_imm(8, &[ra.mr.sge(1024, msg.len() as u32)], imm).to(to);
     a.qp().unwrap().post_send(wr).unwrap();
     assert_eq!(wait_wc(&ra.cq).status, WcStatus::Success);
     let w = wait_wc(&rb.cq);
@@ -348,10 +338,10 @@ fn ud_ids_resolve_each_other_with_sidr_and_exchange_datagrams() {
     // Client → server through the AH from ESTABLISHED, server → client through the AH of
     // CONNECT_REQUEST and the QPN the datagram came from.
     let ah = rc._pd.create_ah(&peer.ah_attr).unwrap();
-    let w = ud_exchange(&c, &rc, &ah, peer.qp_num, peer.qkey, &s, &rs, b"ud ping");
+    let w = ud_exchange(&c, &rc, ah.dest(Qpn::new(peer.qp_num), peer.qkey), &s, &rs, b"ud ping");
     assert_eq!(w.src_qp, c.qp().unwrap().qp_num());
     let back = rs._pd.create_ah(&u.ah_attr).unwrap();
-    ud_exchange(&s, &rs, &back, w.src_qp.value(), Qkey::new(0x0123_4567), &c, &rc, b"ud pong");
+    ud_exchange(&s, &rs, back.dest(w.src_qp, Qkey::new(0x0123_4567)), &c, &rc, b"ud pong");
 
     // rdma_disconnect on a UD id: the QP to ERR, no event.
     c.disconnect().unwrap();
