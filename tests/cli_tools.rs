@@ -349,3 +349,50 @@ fn a_closed_stdout_ends_the_tool_quietly() {
         assert_eq!(o.status.code(), Some(0), "{args:?}: {:?} {err}", o.status);
     }
 }
+
+/// `softroce udaddy` against itself on loopback: SIDR, then 20 datagrams each way on each of
+/// two connections, udaddy's lines and return status; a client nobody listens for ends at once
+/// with UNREACHABLE, error 1 (SIDR status: no listener).
+#[test]
+fn udaddy_pairs_and_prints_udaddys_lines() {
+    let (s, c) = (common::verbs::loopback_ip(), common::verbs::loopback_ip());
+    let server = softroce()
+        .args(["udaddy", "-b", &s, "-c", "2", "-C", "20", "-S", "512"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let client =
+        softroce().args(["udaddy", "-s", &s, "-b", &c, "-c", "2", "-C", "20", "-S", "512"]).output().unwrap();
+    let server = server.wait_with_output().unwrap();
+    let (st, ct) = (text(&server), text(&client));
+    assert!(server.status.success() && client.status.success(), "{st}\n{ct}");
+    assert_eq!(
+        st,
+        "udaddy: starting server\nreceiving data transfers\nsending replies\ndata transfers complete\n\
+         test complete\nreturn status 0\n"
+    );
+    assert_eq!(
+        ct,
+        "udaddy: starting client\nudaddy: connecting\ninitiating data transfers\nreceiving data transfers\n\
+         data transfers complete\ntest complete\nreturn status 0\n"
+    );
+    // A device at the address, nobody listening on the port.
+    let idle = softroce()
+        .args(["udaddy", "-b", &s, "--port", "7175", "-C", "0", "--timeout", "3"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let t0 = std::time::Instant::now();
+    let refused = softroce().args(["udaddy", "-s", &s, "-b", &c]).output().unwrap();
+    let rt = text(&refused);
+    assert!(rt.contains("udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 1\n"), "{rt}");
+    assert!(rt.ends_with("return status 1\n"), "{rt}");
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(t0.elapsed() < std::time::Duration::from_secs(3));
+    let mut idle = idle;
+    let _ = idle.kill();
+    let _ = idle.wait();
+}

@@ -11,3 +11,4 @@ pub mod perf;
 pub mod pingpong;
 pub mod report;
 pub mod rping;
+pub mod udaddy;
