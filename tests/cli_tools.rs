@@ -395,4 +395,14 @@ fn udaddy_pairs_and_prints_udaddys_lines() {
     let mut idle = idle;
     let _ = idle.kill();
     let _ = idle.wait();
+    // udaddy's own reject: a server whose messages exceed the MTU fails every request
+    // (rdma_reject): the client's UNREACHABLE, error 2 (SIDR status: rejected).
+    let server = softroce().args(["udaddy", "-b", &s, "-S", "5000"]).stdout(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let rejected = softroce().args(["udaddy", "-s", &s, "-b", &c]).output().unwrap();
+    let server = server.wait_with_output().unwrap();
+    let (st, rt) = (text(&server), text(&rejected));
+    assert!(st.contains("udaddy: failing connection request\n") && server.status.success(), "{st}");
+    assert!(rt.contains("udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 2\n"), "{rt}");
+    assert_eq!(rejected.status.code(), Some(2));
 }

@@ -119,28 +119,39 @@ struct Node {
 }
 
 impl Node {
-    /// udaddy's `verify_test_params` + `init_node` + `post_recvs`.
-    fn new(mut id: CmId, a: &UdaddyArgs) -> Res<Node> {
-        let dev = id.device().ok_or("udaddy: no device")?.clone();
+    /// udaddy's `verify_test_params` + `init_node` + `post_recvs`; on failure the id comes back
+    /// with the message (a server then rejects the request, as udaddy does).
+    fn new(mut id: CmId, a: &UdaddyArgs) -> std::result::Result<Node, (String, CmId)> {
+        let Some(dev) = id.device().cloned() else { return Err(("udaddy: no device".into(), id)) };
         let mtu = dev.query_port().active_mtu.bytes() as usize;
         if a.count > 0 && a.size > mtu {
-            return Err(format!("udaddy: message_size {} is larger than active mtu {mtu}", a.size));
+            return Err((format!("udaddy: message_size {} is larger than active mtu {mtu}", a.size), id));
         }
-        let pd = dev.alloc_pd().map_err(|e| format!("udaddy: unable to allocate PD: {e}"))?;
-        let cq = dev
-            .create_cq(if a.count > 0 { a.count * 2 } else { 2 })
-            .map_err(|e| format!("udaddy: unable to create CQ: {e}"))?;
+        let pd = match dev.alloc_pd() {
+            Ok(p) => p,
+            Err(e) => return Err((format!("udaddy: unable to allocate PD: {e}"), id)),
+        };
+        let cq = match dev.create_cq(if a.count > 0 { a.count * 2 } else { 2 }) {
+            Ok(c) => c,
+            Err(e) => return Err((format!("udaddy: unable to create CQ: {e}"), id)),
+        };
         let depth = a.count.max(1) as u32;
-        id.create_qp(Some(&pd), &QpInitAttr::ud(&cq, &cq).max_send_wr(depth).max_recv_wr(depth))
-            .map_err(|e| format!("udaddy: unable to create QP: {e}"))?;
-        let mr = pd
-            .alloc_mr(a.size + GRH, Access::LOCAL_WRITE)
-            .map_err(|e| format!("udaddy: failed to create messages: {e}"))?;
+        if let Err(e) =
+            id.create_qp(Some(&pd), &QpInitAttr::ud(&cq, &cq).max_send_wr(depth).max_recv_wr(depth))
+        {
+            return Err((format!("udaddy: unable to create QP: {e}"), id));
+        }
+        let mr = match pd.alloc_mr(a.size + GRH, Access::LOCAL_WRITE) {
+            Ok(m) => m,
+            Err(e) => return Err((format!("udaddy: failed to create messages: {e}"), id)),
+        };
         let node = Node { id, pd, cq, mr, peer: None };
-        let qp = node.id.qp().ok_or("udaddy: no QP")?;
-        for _ in 0..a.count {
-            qp.post_recv(RecvWr::new(0, &[node.mr.sge(0, (a.size + GRH) as u32)]))
-                .map_err(|e| format!("failed to post receives: {e}"))?;
+        if let Some(qp) = node.id.qp() {
+            for _ in 0..a.count {
+                if let Err(e) = qp.post_recv(RecvWr::new(0, &[node.mr.sge(0, (a.size + GRH) as u32)])) {
+                    return Err((format!("failed to post receives: {e}"), node.id));
+                }
+            }
         }
         Ok(node)
     }
@@ -233,20 +244,30 @@ fn server(a: &UdaddyArgs) -> std::result::Result<(), Failure> {
     let bind = SocketAddr::new(a.bind.unwrap_or(IpAddr::from([0, 0, 0, 0])), a.port);
     listen.bind_addr(bind).map_err(|e| format!("udaddy: bind address failed: {e}"))?;
     listen.listen(0).map_err(|e| format!("udaddy: failure trying to listen: {e}"))?;
+    // udaddy's connect_handler: a request beyond -c, or one whose QP cannot be set up, is
+    // rejected ("failing connection request"); each accepted or failed one counts.
     let mut nodes: Vec<Node> = Vec::new();
-    while nodes.len() < a.connections {
+    let mut left = a.connections;
+    while left > 0 {
         let mut ev =
             ch.get_event_timeout(Duration::from_secs(a.timeout.max(1) * 10)).map_err(|e| e.to_string())?;
         if ev.event_type() != CmEventType::ConnectRequest {
             continue;
         }
-        let Some(id) = ev.take_id() else { continue };
+        let Some(mut id) = ev.take_id() else { continue };
         drop(ev);
+        if nodes.len() == a.connections {
+            println!("udaddy: failing connection request");
+            let _ = id.reject(&[]);
+            continue;
+        }
+        left -= 1;
         let mut node = match Node::new(id, a) {
             Ok(n) => n,
-            Err(m) => {
+            Err((m, mut id)) => {
                 println!("{m}");
                 println!("udaddy: failing connection request");
+                let _ = id.reject(&[]);
                 continue;
             }
         };
@@ -326,7 +347,7 @@ fn client(a: &UdaddyArgs) -> std::result::Result<(), Failure> {
                         }
                         nodes[k] = Some(n);
                     }
-                    Err(m) => {
+                    Err((m, _)) => {
                         println!("{m}");
                         left -= 1;
                     }
