@@ -406,3 +406,31 @@ fn udaddy_pairs_and_prints_udaddys_lines() {
     assert!(rt.contains("udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 2\n"), "{rt}");
     assert_eq!(rejected.status.code(), Some(2));
 }
+
+/// `softroce ucmatose` against itself on loopback: two RC connections, 10 messages each way,
+/// the server disconnects; ucmatose's lines and return status.
+#[test]
+fn ucmatose_pairs_and_the_server_disconnects() {
+    let (s, c) = (common::verbs::loopback_ip(), common::verbs::loopback_ip());
+    let server = softroce()
+        .args(["ucmatose", "-b", &s, "-c", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let client = softroce().args(["ucmatose", "-s", &s, "-b", &c, "-c", "2"]).output().unwrap();
+    let server = server.wait_with_output().unwrap();
+    let (st, ct) = (text(&server), text(&client));
+    assert!(server.status.success() && client.status.success(), "{st}\n{ct}");
+    assert_eq!(
+        st,
+        "cmatose: starting server\ninitiating data transfers\ncompleting sends\nreceiving data transfers\n\
+         data transfers complete\ncmatose: disconnecting\ndisconnected\ntest complete\nreturn status 0\n"
+    );
+    assert_eq!(
+        ct,
+        "cmatose: starting client\ncmatose: connecting\nreceiving data transfers\nsending replies\n\
+         data transfers complete\ntest complete\nreturn status 0\n"
+    );
+}
