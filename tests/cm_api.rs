@@ -408,3 +408,122 @@ fn ud_connect_refused_and_rejected_are_unreachable_with_the_sidr_status() {
     let cq = dev.create_cq(4).unwrap();
     assert!(matches!(u.create_qp(None, &QpInitAttr::rc(&cq, &cq)), Err(CmError::InvalidArgument(_))));
 }
+
+/// Connects a client id (on the client device's address `cip`) to `addr`, the server taking
+/// the request on `sch`; returns both ids with their verbs objects, established.
+fn connect_pair(sch: &EventChannel, cip: IpAddr, addr: SocketAddr) -> ((CmId, Res), (CmId, Res)) {
+    let cch = EventChannel::new().unwrap();
+    let mut c = CmId::new(Some(&cch), PortSpace::Tcp).unwrap();
+    c.resolve_addr(Some(SocketAddr::new(cip, 0)), addr, T).unwrap();
+    next(&cch, CmEventType::AddrResolved);
+    c.resolve_route(T).unwrap();
+    next(&cch, CmEventType::RouteResolved);
+    let rc = make_qp(&mut c);
+    c.connect(None).unwrap();
+    let mut req = next(sch, CmEventType::ConnectRequest);
+    let mut s = req.take_id().unwrap();
+    drop(req);
+    let rs = make_qp(&mut s);
+    s.accept(None).unwrap();
+    next(&cch, CmEventType::Established);
+    next(sch, CmEventType::Established);
+    ((c, rc), (s, rs))
+}
+
+/// 50 connections one after the other from one process: each connects, carries a SEND each
+/// way, and is disconnected (alternately from either side); nothing is left over.
+#[test]
+fn fifty_sequential_connections_from_one_process() {
+    let sch = EventChannel::new().unwrap();
+    let (_l, addr, ds) = listener(Some(&sch), 7010);
+    let (dc, cip) = dev();
+    for k in 0..50 {
+        let ((mut c, rc), (mut s, rs)) = connect_pair(&sch, cip, addr);
+        exchange(&c, &rc, &s, &rs, format!("ping {k}").as_bytes());
+        exchange(&s, &rs, &c, &rc, format!("pong {k}").as_bytes());
+        if k % 2 == 0 {
+            c.disconnect().unwrap();
+            next(&sch, CmEventType::Disconnected);
+            s.disconnect().unwrap();
+        } else {
+            s.disconnect().unwrap();
+            c.disconnect().unwrap();
+            next(&sch, CmEventType::Disconnected);
+        }
+        drop((c, s));
+    }
+    assert_eq!(dc.counters().unwrap().cm.established, 50);
+    assert_eq!(ds.counters().unwrap().cm.established, 50);
+    assert!(sch.try_get_event().unwrap().is_none_or(|e| e.event_type() == CmEventType::TimewaitExit));
+}
+
+/// 8 connections at once from one process (8 threads, one listener): every one established
+/// and carrying its own messages, then all disconnected at once.
+#[test]
+fn eight_concurrent_connections_from_one_process() {
+    let sch = EventChannel::new().unwrap();
+    let (_l, addr, _ds) = listener(Some(&sch), 7011);
+    let (_dc, cip) = dev();
+    let clients: Vec<_> = (0..8)
+        .map(|k| {
+            std::thread::spawn(move || {
+                let cch = EventChannel::new().unwrap();
+                let mut c = CmId::new(Some(&cch), PortSpace::Tcp).unwrap();
+                c.resolve_addr(Some(SocketAddr::new(cip, 0)), addr, T).unwrap();
+                next(&cch, CmEventType::AddrResolved);
+                c.resolve_route(T).unwrap();
+                next(&cch, CmEventType::RouteResolved);
+                let rc = make_qp(&mut c);
+                c.connect(Some(&ConnParam { private_data: vec![k], ..Default::default() })).unwrap();
+                next(&cch, CmEventType::Established);
+                (k, c, rc, cch)
+            })
+        })
+        .collect();
+    // The server accepts the 8 requests as they come (each names its client in private data).
+    let mut servers = Vec::new();
+    while servers.len() < 8 {
+        let mut ev = sch.get_event_timeout(T).unwrap();
+        match ev.event_type() {
+            CmEventType::ConnectRequest => {
+                let k = ev.private_data()[0];
+                let mut s = ev.take_id().unwrap();
+                drop(ev);
+                let rs = make_qp(&mut s);
+                s.accept(None).unwrap();
+                servers.push((k, s, rs));
+            }
+            CmEventType::Established => {}
+            t => panic!("{t:?}"),
+        }
+    }
+    let mut clients: Vec<_> = clients.into_iter().map(|h| h.join().unwrap()).collect();
+    clients.sort_by_key(|c| c.0);
+    servers.sort_by_key(|s| s.0);
+    assert_eq!(servers.iter().map(|s| s.0).collect::<Vec<_>>(), (0..8).collect::<Vec<u8>>());
+    for ((k, c, rc, _), (_, s, rs)) in clients.iter().zip(&servers) {
+        exchange(c, rc, s, rs, format!("from client {k}").as_bytes());
+        exchange(s, rs, c, rc, format!("to client {k}").as_bytes());
+    }
+    for (_, c, _, _) in &mut clients {
+        c.disconnect().unwrap();
+    }
+    // Each server id answers its DISCONNECTED with rdma_disconnect (the DREP), as rping does.
+    let mut disconnected = 0;
+    while disconnected < 8 {
+        let ev = sch.get_event_timeout(T).unwrap();
+        match ev.event_type() {
+            CmEventType::Disconnected => {
+                let s = servers.iter_mut().find(|s| ev.id().is(&s.1)).unwrap();
+                drop(ev);
+                s.1.disconnect().unwrap();
+                disconnected += 1;
+            }
+            CmEventType::Established | CmEventType::TimewaitExit => {}
+            t => panic!("{t:?}"),
+        }
+    }
+    for (_, _, _, cch) in &clients {
+        next(cch, CmEventType::Disconnected);
+    }
+}
