@@ -34,6 +34,10 @@ enum Command {
     SrqPingpong(cli::pingpong::SrqPingpongArgs),
     /// rping over the RDMA CM, paired with librdmacm's rping in either role.
     Rping(cli::rping::RpingArgs),
+    /// ucmatose over the RDMA CM (RC; the server disconnects), paired with librdmacm's ucmatose.
+    Ucmatose(cli::ucmatose::UcmatoseArgs),
+    /// udaddy over the RDMA CM (UD through SIDR), paired with librdmacm's udaddy in either role.
+    Udaddy(cli::udaddy::UdaddyArgs),
     /// Device, port, GID table and limits, like ibv_devinfo -v.
     Devinfo(cli::devinfo::DevinfoArgs),
     /// The hw_counters of running softroce devices (from another process).
@@ -77,6 +81,8 @@ fn main() {
         Command::UdPingpong(a) => cli::pingpong::run_ud(a),
         Command::SrqPingpong(a) => cli::pingpong::run_srq(a),
         Command::Rping(a) => cli::rping::run(a),
+        Command::Ucmatose(a) => cli::ucmatose::run(a),
+        Command::Udaddy(a) => cli::udaddy::run(a),
         Command::Devinfo(a) => cli::devinfo::run(a),
         Command::Counters(a) => cli::counters::run(a),
         Command::LibPath(a) => cli::lib_path::run(a),

@@ -349,3 +349,88 @@ fn a_closed_stdout_ends_the_tool_quietly() {
         assert_eq!(o.status.code(), Some(0), "{args:?}: {:?} {err}", o.status);
     }
 }
+
+/// `softroce udaddy` against itself on loopback: SIDR, then 20 datagrams each way on each of
+/// two connections, udaddy's lines and return status; a client nobody listens for ends at once
+/// with UNREACHABLE, error 1 (SIDR status: no listener).
+#[test]
+fn udaddy_pairs_and_prints_udaddys_lines() {
+    let (s, c) = (common::verbs::loopback_ip(), common::verbs::loopback_ip());
+    let server = softroce()
+        .args(["udaddy", "-b", &s, "-c", "2", "-C", "20", "-S", "512"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let client =
+        softroce().args(["udaddy", "-s", &s, "-b", &c, "-c", "2", "-C", "20", "-S", "512"]).output().unwrap();
+    let server = server.wait_with_output().unwrap();
+    let (st, ct) = (text(&server), text(&client));
+    assert!(server.status.success() && client.status.success(), "{st}\n{ct}");
+    assert_eq!(
+        st,
+        "udaddy: starting server\nreceiving data transfers\nsending replies\ndata transfers complete\n\
+         test complete\nreturn status 0\n"
+    );
+    assert_eq!(
+        ct,
+        "udaddy: starting client\nudaddy: connecting\ninitiating data transfers\nreceiving data transfers\n\
+         data transfers complete\ntest complete\nreturn status 0\n"
+    );
+    // A device at the address, nobody listening on the port.
+    let idle = softroce()
+        .args(["udaddy", "-b", &s, "--port", "7175", "-C", "0", "--timeout", "3"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let t0 = std::time::Instant::now();
+    let refused = softroce().args(["udaddy", "-s", &s, "-b", &c]).output().unwrap();
+    let rt = text(&refused);
+    assert!(rt.contains("udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 1\n"), "{rt}");
+    assert!(rt.ends_with("return status 1\n"), "{rt}");
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(t0.elapsed() < std::time::Duration::from_secs(3));
+    let mut idle = idle;
+    let _ = idle.kill();
+    let _ = idle.wait();
+    // udaddy's own reject: a server whose messages exceed the MTU fails every request
+    // (rdma_reject): the client's UNREACHABLE, error 2 (SIDR status: rejected).
+    let server = softroce().args(["udaddy", "-b", &s, "-S", "5000"]).stdout(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let rejected = softroce().args(["udaddy", "-s", &s, "-b", &c]).output().unwrap();
+    let server = server.wait_with_output().unwrap();
+    let (st, rt) = (text(&server), text(&rejected));
+    assert!(st.contains("udaddy: failing connection request\n") && server.status.success(), "{st}");
+    assert!(rt.contains("udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 2\n"), "{rt}");
+    assert_eq!(rejected.status.code(), Some(2));
+}
+
+/// `softroce ucmatose` against itself on loopback: two RC connections, 10 messages each way,
+/// the server disconnects; ucmatose's lines and return status.
+#[test]
+fn ucmatose_pairs_and_the_server_disconnects() {
+    let (s, c) = (common::verbs::loopback_ip(), common::verbs::loopback_ip());
+    let server = softroce()
+        .args(["ucmatose", "-b", &s, "-c", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let client = softroce().args(["ucmatose", "-s", &s, "-b", &c, "-c", "2"]).output().unwrap();
+    let server = server.wait_with_output().unwrap();
+    let (st, ct) = (text(&server), text(&client));
+    assert!(server.status.success() && client.status.success(), "{st}\n{ct}");
+    assert_eq!(
+        st,
+        "cmatose: starting server\ninitiating data transfers\ncompleting sends\nreceiving data transfers\n\
+         data transfers complete\ncmatose: disconnecting\ndisconnected\ntest complete\nreturn status 0\n"
+    );
+    assert_eq!(
+        ct,
+        "cmatose: starting client\ncmatose: connecting\nreceiving data transfers\nsending replies\n\
+         data transfers complete\ntest complete\nreturn status 0\n"
+    );
+}

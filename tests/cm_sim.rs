@@ -67,6 +67,7 @@ fn auto() -> AutoApp {
         complete_connects: true,
         answer_dreq: true,
         think: Duration::from_millis(1),
+        sidr_accept: None,
     }
 }
 
@@ -324,4 +325,146 @@ fn eight_concurrent_connections() {
         assert!(p.a.cm.connections().all(|(_, s)| s == CmState::Idle), "seed {seed}");
         assert!(p.b.cm.connections().all(|(_, s)| s == CmState::Idle), "seed {seed}");
     }
+}
+
+const UDP_SVC: u64 = 0x0111_1c06;
+
+fn sidr(p: &CmPair) -> softroce::transport::cm::SidrReqParams {
+    softroce::transport::cm::SidrReqParams {
+        path: req(p, true, 0x20).path,
+        service_id: UDP_SVC,
+        timeout: Duration::from_millis(4096),
+        max_cm_retries: 15,
+        private_data: vec![0; 36],
+    }
+}
+
+/// How a SIDR exchange ended on the requesting side: its answers (success or status) and
+/// timeouts, each counted, so that a doubled answer shows.
+fn sidr_outcome(p: &CmPair, a: CmId) -> (Vec<(u8, u32, u32)>, usize) {
+    let mut reps = Vec::new();
+    let mut timeouts = 0;
+    for (_, e) in &p.a.events {
+        match e {
+            CmEvent::SidrRepReceived { id, status, qpn, qkey, .. } if *id == a => {
+                reps.push((*status, *qpn, *qkey))
+            }
+            CmEvent::SendError { id, what: SendError::SidrReq } if *id == a => timeouts += 1,
+            _ => {}
+        }
+    }
+    (reps, timeouts)
+}
+
+/// SIDR over lossy links: every request ends with exactly one answer (or one timeout after
+/// its 16 tries), the listener's application sees each request once — a retransmission after
+/// a lost SIDR_REP gets the same SIDR_REP again — and no-listener requests get status 1.
+#[test]
+fn sidr_over_lossy_links_answers_once_or_times_out() {
+    let mut tally = std::collections::BTreeMap::new();
+    let mut resent = 0;
+    for drop in [0.0, 0.05, 0.2, 0.4] {
+        for seed in 0..60u64 {
+            let mut p = CmPair::new(link(drop, seed), 21_000 + seed * 7 + (drop * 100.0) as u64);
+            let listening = seed % 5 != 0;
+            if listening {
+                p.b.cm.listen(UDP_SVC, 64).unwrap();
+            }
+            p.b.auto = AutoApp { sidr_accept: Some((0x77, 0x0123_4567)), ..auto() };
+            let a = p.a.cm.sidr_request(p.now, &sidr(&p)).unwrap();
+            let ok = p.run_until(secs(16.0 * 4.096 + 10.0), |p| {
+                let (r, t) = sidr_outcome(p, a);
+                !r.is_empty() || t > 0
+            });
+            assert!(ok, "drop {drop} seed {seed}: hang, a is {:?}", p.a.state(a));
+            // Whatever still travels (duplicates, retransmissions) must not add an answer.
+            p.run_idle(p.now + Duration::from_secs(120));
+            let (reps, timeouts) = sidr_outcome(&p, a);
+            assert_eq!(reps.len() + timeouts, 1, "drop {drop} seed {seed}: {reps:?} {timeouts}");
+            let want = if listening { (0, 0x77, 0x0123_4567) } else { (1, 0, 0) };
+            if let Some(r) = reps.first() {
+                assert_eq!(*r, want, "drop {drop} seed {seed}");
+            }
+            let seen =
+                p.b.events.iter().filter(|(_, e)| matches!(e, CmEvent::SidrReqReceived { .. })).count();
+            assert!(seen <= usize::from(listening), "drop {drop} seed {seed}: {seen} requests for one");
+            assert_eq!(p.a.state(a), Some(CmState::Idle));
+            p.a.cm.destroy(p.now, a).unwrap();
+            // The passive exchange is idle, then gone once the application destroys it.
+            let ids: Vec<CmId> = p.b.cm.connections().map(|(id, _)| id).collect();
+            for id in ids {
+                assert_eq!(p.b.state(id), Some(CmState::Idle));
+                p.b.cm.destroy(p.now, id).unwrap();
+            }
+            assert_eq!(p.a.cm.connection_count() + p.b.cm.connection_count(), 0);
+            resent += p.b.cm.counters().sidr_rep_resent;
+            let k = ((drop * 100.0) as u32, if timeouts > 0 { "timeout" } else { "answered" });
+            *tally.entry(k).or_insert(0u32) += 1;
+        }
+    }
+    println!("{tally:?}, SIDR_REPs resent for duplicates: {resent}");
+    assert!(resent > 5, "the lossy runs lost SIDR_REPs and answered their retransmissions");
+    for drop in [0u32, 5, 20, 40] {
+        assert!(tally.get(&(drop, "answered")).copied().unwrap_or(0) >= 58, "{drop}: {tally:?}");
+    }
+}
+
+/// Hostile SIDR MADs: a SIDR_REP for no request, a second SIDR_REP for an answered one, a
+/// SIDR_REP naming a connection that is not a SIDR exchange, and a flood of SIDR_REQs beyond
+/// the backlog: dropped or answered with a status, counted, no event, no panic.
+#[test]
+fn hostile_sidr_mads_are_dropped_and_counted() {
+    use softroce::wire::cm::{SidrRepRepr, SidrReqRepr};
+    use softroce::wire::mad::{MadBody, MadRepr};
+    let mut p = CmPair::new(link(0.0, 0), 5);
+    let from_b = CmPair::addr(&p.b, &p.a);
+    let rep = |id: u32| {
+        MadRepr::cm(9, MadBody::SidrRep(SidrRepRepr { request_id: id, qpn: 5, ..Default::default() }))
+            .to_bytes()
+    };
+    // No request at all.
+    let before = p.a.cm.counters().rx_no_connection;
+    p.a.cm.handle_mad(p.now, &from_b, &rep(0x1234_5678));
+    assert_eq!(p.a.cm.counters().rx_no_connection, before + 1);
+    assert!(p.a.cm.poll_event().is_none());
+    // A second answer to an answered request.
+    p.b.cm.listen(UDP_SVC, 64).unwrap();
+    p.b.auto = AutoApp { sidr_accept: Some((0x77, 1)), ..auto() };
+    let a = p.a.cm.sidr_request(p.now, &sidr(&p)).unwrap();
+    p.run_until(secs(5.0), |p| !sidr_outcome(p, a).0.is_empty());
+    let wrong = p.a.cm.counters().rx_wrong_state;
+    p.a.cm.handle_mad(p.now, &from_b, &rep(a.0));
+    assert_eq!(p.a.cm.counters().rx_wrong_state, wrong + 1);
+    p.settle();
+    assert_eq!(sidr_outcome(&p, a).0.len(), 1);
+    // A SIDR_REP naming an RC connection of ours.
+    p.a.cm.listen(SVC, 64).unwrap();
+    let rc = p.a.cm.connect(p.now, &req(&p, true, 0x30)).unwrap();
+    let n = p.a.events.len();
+    p.a.cm.handle_mad(p.now, &from_b, &rep(rc.0));
+    p.settle();
+    assert!(p.a.events[n..].iter().all(|(_, e)| !matches!(e, CmEvent::SidrRepReceived { .. })));
+    // A flood of SIDR_REQs from "many requesters" to a listener with a backlog of 4 that
+    // nobody answers: 4 wait, the rest are refused with status 2 (reject) at once.
+    let mut q = CmPair::new(link(0.0, 0), 6);
+    q.b.cm.listen(UDP_SVC, 4).unwrap();
+    let from_a = CmPair::addr(&q.a, &q.b);
+    for k in 0..100u32 {
+        let r =
+            SidrReqRepr { request_id: k, partition_key: 0xffff, service_id: UDP_SVC, ..Default::default() };
+        q.b.cm.handle_mad(q.now, &from_a, &MadRepr::cm(k.into(), MadBody::SidrReq(r)).to_bytes());
+    }
+    let mut rejected = 0;
+    while let Some(t) = q.b.cm.poll_transmit() {
+        let m = softroce::wire::mad::Mad::new_checked(&t.mad[..]).unwrap();
+        if let MadBody::SidrRep(r) = MadRepr::parse(&m).body {
+            assert_eq!(r.status, 2);
+            rejected += 1;
+        }
+    }
+    assert_eq!(rejected, 96);
+    assert_eq!(q.b.cm.counters().req_backlog_full, 96);
+    let pending = std::iter::from_fn(|| q.b.cm.poll_event()).count();
+    assert_eq!(pending, 4);
+    assert_eq!(q.b.cm.connection_count(), 4, "refused requests leave nothing behind");
 }

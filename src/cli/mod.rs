@@ -11,3 +11,5 @@ pub mod perf;
 pub mod pingpong;
 pub mod report;
 pub mod rping;
+pub mod ucmatose;
+pub mod udaddy;

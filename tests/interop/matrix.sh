@@ -8,8 +8,8 @@
 #                                          UDP runs; default: both (the UDP matrix, then the
 #                                          raw subset, rows marked udp / raw)
 #
-# (rows: ibv_*_pingpong, perftest, labpeer, librdmacm's rping, and Debian's binaries through
-# softroce's drop-in libibverbs.so.1 on the host side)
+# (rows: ibv_*_pingpong, perftest, labpeer, librdmacm's rping, udaddy and ucmatose, and
+# Debian's binaries through softroce's drop-in libibverbs.so.1 on the host side)
 # Needs the softroce binary, examples and drop-in library built (MATRIX_BIN_DIR, default
 # target/release):
 #   cargo build --release --bin softroce --example lab && cargo build --release -p softroce-ibverbs
@@ -288,6 +288,51 @@ for mtu in 1500 9000; do
                 "rping -c -a $HOST -v -V -C $n -S $size" "$SR rping -s -a $HOST -v" "ping data: rdma-ping-$((n - 1)):"
         done
     fi
+    # ---- librdmacm's udaddy (UD through SIDR, SENDs with immediate both ways) and ucmatose
+    # (RC, the *server* disconnects: rping's rows cover the client's disconnect) <-> softroce
+    # udaddy / ucmatose; then the CM's refusals, each ending at once with the exit status the
+    # tools give it (an `echo` turns the expected failure into the row's check):
+    #   - a port nobody listens on: REJ 8 (rping: REJECTED, error 8) and SIDR status 1
+    #     (udaddy: UNREACHABLE, error 1), the client on either side;
+    #   - the application's reject: ucmatose -c 1 refuses a second connection (REJ 28; the
+    #     server gives up with -12), udaddy -S 2000 refuses a request its MTU cannot carry
+    #     (SIDR status 2: UNREACHABLE, error 2).
+    if [ $pmtu = 1024 ]; then
+        for t in udaddy ucmatose; do
+            rxe_port=rdma_cm run "$t-sr2rxe" $pmtu "" $t "-c 2 -C 10" "softroce → rxe" server \
+                "$t -b $VM -c 2 -C 10" "$SR $t -s $VM -b $HOST -c 2 -C 10" '^return status 0$'
+            rxe_port=rdma_cm run "$t-rxe2sr" $pmtu "" $t "-c 2 -C 10" "rxe → softroce" client \
+                "$t -s $HOST -b $VM -c 2 -C 10" "$SR $t -b $HOST -c 2 -C 10" '^return status 0$'
+        done
+        rxe_port=rdma_cm run "refused-rping-sr2rxe" $pmtu "" rping "no listener: REJ 8" "softroce → rxe" server \
+            "echo nobody listens on 7999" "timeout 20 $SR rping -c -a $VM -p 7999 -C 1; echo softroce exit \$?" \
+            'RDMA_CM_EVENT_REJECTED, error 8|^softroce exit 1$'
+        rxe_port=rdma_cm run "refused-rping-rxe2sr" $pmtu "" rping "no listener: REJ 8" "rxe → softroce" client \
+            "timeout 20 rping -c -a $HOST -p 7999 -C 1; echo rping exit \$?" "timeout 3 $SR rping -s -a $HOST; true" \
+            'RDMA_CM_EVENT_REJECTED, error 8|^rping exit 255$'
+        rxe_port=rdma_cm run "refused-udaddy-sr2rxe" $pmtu "" udaddy "no listener: SIDR status 1" "softroce → rxe" server \
+            "echo nobody listens on 7174" "timeout 20 $SR udaddy -s $VM -b $HOST; echo softroce exit \$?" \
+            'RDMA_CM_EVENT_UNREACHABLE, error: 1$|^softroce exit 1$'
+        rxe_port=rdma_cm run "refused-udaddy-rxe2sr" $pmtu "" udaddy "no listener: SIDR status 1" "rxe → softroce" client \
+            "timeout 20 udaddy -s $HOST -b $VM; echo udaddy exit \$?" "timeout 3 $SR rping -s -a $HOST; true" \
+            'RDMA_CM_EVENT_UNREACHABLE, error: 1$|^udaddy exit 1$'
+        # (the server that rejects exits at once, as ucmatose does, which destroys the first
+        # connection too: when that REJ overtakes the client's handling of its CONNECT_RESPONSE,
+        # the client sees CONNECT_ERROR first and stops there — librdmacm's status -1, exit 255;
+        # softroce's -22 (EINVAL), exit 234 — a race of ucmatose's own exit, either way round)
+        rxe_port=rdma_cm run "reject-ucmatose-sr2rxe" $pmtu "" ucmatose "reject: REJ 28" "softroce → rxe" server \
+            "ucmatose -b $VM -c 1 -C 1; echo ucmatose exit \$?" "$SR ucmatose -s $VM -b $HOST -c 2 -C 1; echo softroce exit \$?" \
+            '^(ucmatose exit 244|softroce exit (28|234))$'
+        rxe_port=rdma_cm run "reject-ucmatose-rxe2sr" $pmtu "" ucmatose "reject: REJ 28" "rxe → softroce" client \
+            "ucmatose -s $HOST -b $VM -c 2 -C 1; echo ucmatose exit \$?" "$SR ucmatose -b $HOST -c 1 -C 1; echo softroce exit \$?" \
+            '^(softroce exit 244|ucmatose exit (28|255))$'
+        rxe_port=rdma_cm run "reject-udaddy-sr2rxe" $pmtu "" udaddy "reject: SIDR status 2" "softroce → rxe" server \
+            "udaddy -b $VM -S 2000; echo udaddy exit \$?" "$SR udaddy -s $VM -b $HOST; echo softroce exit \$?" \
+            '^(udaddy exit 0|softroce exit 2)$'
+        rxe_port=rdma_cm run "reject-udaddy-rxe2sr" $pmtu "" udaddy "reject: SIDR status 2" "rxe → softroce" client \
+            "udaddy -s $HOST -b $VM; echo udaddy exit \$?" "$SR udaddy -b $HOST -S 2000; echo softroce exit \$?" \
+            '^(softroce exit 0|udaddy exit 2)$'
+    fi
     # ---- perftest <-> softroce perf
     if [ $pmtu = 1024 ]; then
         # every test with its defaults (BW: 64 KiB messages = 64-packet First/Middle/Last
@@ -371,6 +416,10 @@ rxe_port=18515 run "loss-pp-sr2rxe" 1024 "$NETEM" ibv_rc_pingpong "SEND 64 KiB" 
     "ibv_rc_pingpong -g 1 -s 65536 -n 50" "$SR rc-pingpong -d $HOST -g 1 -s 65536 -n 50 $VM" "$PP_OK"
 rxe_port=18515 run "loss-pp-rxe2sr" 1024 "$NETEM" ibv_rc_pingpong "SEND 64 KiB" "rxe → softroce" client \
     "ibv_rc_pingpong -g 1 -s 65536 -n 50 -c $HOST" "$SR rc-pingpong -d $HOST -g 1 -s 65536 -n 50 -c" "$PP_OK"
+rxe_port=rdma_cm run "loss-rping-sr2rxe" 1024 "$NETEM" rping "-S 100 -C 5 -V" "softroce → rxe" server \
+    "rping -s -a $VM -v -V -S 100" "$SR rping -c -a $VM -v -V -C 5 -S 100" "ping data: rdma-ping-4:"
+rxe_port=rdma_cm run "loss-rping-rxe2sr" 1024 "$NETEM" rping "-S 100 -C 5 -V" "rxe → softroce" client \
+    "rping -c -a $HOST -v -V -C 5 -S 100" "$SR rping -s -a $HOST -v" "ping data: rdma-ping-4:"
 perf "loss-perf-write_bw-rxe2sr" 1024 "$NETEM" write_bw "64 KiB" rxe2sr "-n 200" "-n 200"
 perf "loss-perf-read_bw-sr2rxe" 1024 "$NETEM" read_bw "64 KiB" sr2rxe "-n 200" "-n 200"
 perf "loss-perf-send_bw-sr2rxe" 1024 "$NETEM" send_bw "64 KiB" sr2rxe "-n 200" "-n 200"

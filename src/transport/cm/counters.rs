@@ -89,6 +89,9 @@ cm_counters! {
     req_bad_pkey,
     /// SIDR_REQs for a service nobody listens on, answered with SIDR_REP status 1.
     sidr_no_listener,
+    /// Duplicate SIDR_REQs of a request already answered (its SIDR_REP was lost): the same
+    /// SIDR_REP is sent again instead of a second request reaching the application.
+    sidr_rep_resent,
     /// Connection establishments (ESTABLISHED reached, either side).
     established,
     /// Requests that timed out after every retry (REQ, REP, DREQ, SIDR_REQ).

@@ -88,10 +88,22 @@ pub struct CmEndpoint {
     remote_ids: BTreeMap<(u32, u64), u32>,
     remote_qpns: BTreeMap<(u32, u64), u32>,
     sidr_reqs: BTreeMap<(u32, [u8; 16]), u32>,
+    /// SIDR requests answered recently: (request ID, requester GID) → the SIDR_REP sent and
+    /// until when a duplicate gets it again; `sidr_answered_order` keeps insertion order to
+    /// expire and bound the table.
+    sidr_answered: BTreeMap<(u32, [u8; 16]), (Time, CmTransmit)>,
+    sidr_answered_order: VecDeque<(Time, (u32, [u8; 16]))>,
     transmits: VecDeque<CmTransmit>,
     events: VecDeque<CmEvent>,
     counters: CmCounters,
 }
+
+/// How long a SIDR_REP is kept to answer duplicates of its request: longer than the
+/// requester's whole retry budget (Linux and rdma_cm: 16 SIDR_REQs 4096 ms apart).
+pub const SIDR_ANSWER_MEMORY: Duration = Duration::from_secs(70);
+
+/// The most SIDR answers kept (the oldest are forgotten first).
+const SIDR_ANSWERS_MAX: usize = 4096;
 
 fn check_len(v: &[u8], max: usize) -> Result<(), CmError> {
     if v.len() > max { Err(CmError::PrivateDataTooLong { len: v.len(), max }) } else { Ok(()) }
@@ -125,6 +137,8 @@ impl CmEndpoint {
             remote_ids: BTreeMap::new(),
             remote_qpns: BTreeMap::new(),
             sidr_reqs: BTreeMap::new(),
+            sidr_answered: BTreeMap::new(),
+            sidr_answered_order: VecDeque::new(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             counters: CmCounters::default(),
@@ -973,10 +987,23 @@ impl CmEndpoint {
     }
 
     /// `cm_sidr_req_handler`.
+    ///
+    /// Unlike Linux, which forgets a SIDR request once it is answered (a retransmission whose
+    /// SIDR_REP was lost then reaches the application as a second request), a duplicate of a
+    /// request answered within [`SIDR_ANSWER_MEMORY`] gets the same SIDR_REP again.
     fn on_sidr_req(&mut self, now: Time, from: &MadAddr, tid: u64, r: &SidrReqRepr) {
         let key = (r.request_id, from.remote_gid);
         if self.sidr_reqs.contains_key(&key) {
             self.dup(CmAttr::SidrReq);
+            return;
+        }
+        self.expire_sidr_answers(now);
+        if let Some((_, t)) = self.sidr_answered.get(&key) {
+            let t = t.clone();
+            self.dup(CmAttr::SidrReq);
+            self.counters.sidr_rep_resent += 1;
+            self.count_tx(CmAttr::SidrRep, true);
+            self.transmits.push_back(t);
             return;
         }
         let listener = self.listeners.get(&r.service_id).copied();
@@ -1480,7 +1507,20 @@ impl CmEndpoint {
         self.sidr_reply_inner(now, i, p)
     }
 
-    fn sidr_reply_inner(&mut self, _now: Time, i: u32, p: &SidrRepParams) -> Result<(), CmError> {
+    /// Forgets SIDR answers older than [`SIDR_ANSWER_MEMORY`].
+    fn expire_sidr_answers(&mut self, now: Time) {
+        while let Some((t, key)) = self.sidr_answered_order.front().copied() {
+            if t > now && self.sidr_answered_order.len() <= SIDR_ANSWERS_MAX {
+                break;
+            }
+            self.sidr_answered_order.pop_front();
+            if self.sidr_answered.get(&key).is_some_and(|(u, _)| *u == t) {
+                self.sidr_answered.remove(&key);
+            }
+        }
+    }
+
+    fn sidr_reply_inner(&mut self, now: Time, i: u32, p: &SidrRepParams) -> Result<(), CmError> {
         check_len(&p.private_data, pdl::SIDR_REP)?;
         check_len(&p.info, pdl::SIDR_REP_INFO)?;
         let c = self.conns.get(&i).ok_or(CmError::UnknownId(CmId(0)))?;
@@ -1500,7 +1540,12 @@ impl CmEndpoint {
             private_data: fixed(&p.private_data),
         };
         let (to, tid) = (c.to, c.tid);
-        self.push_with_attr_mod(to, tid, p.ece.attr_mod, MadBody::SidrRep(rep));
+        let key = (c.remote_id, c.to.remote_gid);
+        let mad = self.push_with_attr_mod(to, tid, p.ece.attr_mod, MadBody::SidrRep(rep));
+        let until = now + SIDR_ANSWER_MEMORY;
+        self.sidr_answered.insert(key, (until, CmTransmit { to, mad }));
+        self.sidr_answered_order.push_back((until, key));
+        self.expire_sidr_answers(now);
         self.remove_sidr(i);
         if let Some(c) = self.conns.get_mut(&i) {
             c.state = CmState::Idle;

@@ -38,7 +38,7 @@ mod tests;
 use std::time::Duration;
 
 pub use counters::{CmCounters, MESSAGE_NAMES};
-pub use endpoint::CmEndpoint;
+pub use endpoint::{CmEndpoint, SIDR_ANSWER_MEMORY};
 
 use crate::wire::cm::CmTransport;
 

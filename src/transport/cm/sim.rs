@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::rdma::CMA_CM_MRA_SERVICE_TIMEOUT;
-use super::{CmConfig, CmEndpoint, CmEvent, CmId, CmState, MadAddr, RepParams};
+use super::{CmConfig, CmEndpoint, CmEvent, CmId, CmState, MadAddr, RepParams, SidrRepParams};
 use crate::transport::Time;
 use crate::transport::sim::{LinkConfig, LossyLink};
 use crate::wire::cm::GSI_QPN;
@@ -27,6 +27,9 @@ pub struct AutoApp {
     pub answer_dreq: bool,
     /// Delay before acting on a request or REP (the application's think time).
     pub think: Duration,
+    /// Passive: answer every SIDR_REQ with success, naming this UD QPN and Q_Key (`None`:
+    /// leave SIDR requests to the test).
+    pub sidr_accept: Option<(u32, u32)>,
 }
 
 /// One side of a [`CmPair`].
@@ -95,6 +98,19 @@ impl CmNode {
             CmEvent::DreqReceived { id, .. } if a.answer_dreq => {
                 let _ = self.cm.send_drep(now, *id, &[]);
             }
+            CmEvent::SidrReqReceived { id, .. } => {
+                if let Some((qpn, qkey)) = a.sidr_accept {
+                    let p = SidrRepParams {
+                        status: crate::wire::cm::SidrStatus::Success,
+                        qpn,
+                        qkey,
+                        info: Vec::new(),
+                        private_data: Vec::new(),
+                        ece: Default::default(),
+                    };
+                    let _ = self.cm.sidr_reply(now, *id, &p);
+                }
+            }
             _ => {}
         }
     }
@@ -106,6 +122,7 @@ impl CmNode {
                 CmEvent::ReqReceived { .. } => self.auto.accept_qpn_base.is_some(),
                 CmEvent::RepReceived { .. } => self.auto.complete_connects,
                 CmEvent::DreqReceived { .. } => self.auto.answer_dreq,
+                CmEvent::SidrReqReceived { .. } => self.auto.sidr_accept.is_some(),
                 _ => false,
             };
             if wants {

@@ -179,3 +179,60 @@ fn qp1_drops_bad_keys_and_bad_mads_and_counts_them() {
         c.rcvd_mad_bad_qkey, c.rcvd_mad_bad_pkey, c.cm.rx_bad_length, c.cm.rx_bad_base_version
     );
 }
+
+/// Hostile SIDR_REQs at an rdma_cm UDP listener: no `cma_hdr` (garbage private data), a
+/// `cma_version` other than 0, a destination address that is not the device's, a SIDR_REQ
+/// naming the service ID of an RC listener (the IB CM finds it; rdma_cm refuses the QP type,
+/// `cma_ib_check_req_qp_type`), and one for a port nobody listens on: each answered with a
+/// SIDR_REP of status 2 (rdma_cm's refusal) or 1 (no IB CM listener), none reaching the
+/// application.
+#[test]
+fn hostile_sidr_requests_are_refused_and_never_reach_the_listener() {
+    use crate::verbs::cm::{CmId as RdmaId, EventChannel};
+    use crate::wire::cma::CmaHdrRepr;
+    let (a, ip_a) = open();
+    let (b, ip_b) = open();
+    let ch = EventChannel::new().unwrap();
+    let mut l = RdmaId::new(Some(&ch), PortSpace::Udp).unwrap();
+    l.bind_addr((IpAddr::V4(ip_a), 7300).into()).unwrap();
+    l.listen(0).unwrap();
+    let mut rc = RdmaId::new(Some(&ch), PortSpace::Tcp).unwrap();
+    rc.bind_addr((IpAddr::V4(ip_a), 7301).into()).unwrap();
+    rc.listen(0).unwrap();
+    let log = sink(&b, |_, _, _| {});
+    let route = |port: u16| rdma::RdmaRoute {
+        src: (IpAddr::V4(ip_b), 40000).into(),
+        dst: (IpAddr::V4(ip_a), port).into(),
+        mtu: 3,
+        hop_limit: 64,
+        tos: 0,
+        ack_timeout: None,
+        ipv6_flow_label: None,
+    };
+    let good = rdma::sidr_params(&route(7300), PortSpace::Udp, b"hi").unwrap();
+    let mut garbage = good.clone();
+    garbage.private_data = vec![0xa5; 216];
+    let mut version = good.clone();
+    version.private_data[0] = 1;
+    let mut elsewhere = good.clone();
+    let hdr = CmaHdrRepr::new(IpAddr::V4(ip_b), 40000, IpAddr::V4(Ipv4Addr::new(10, 9, 9, 9))).unwrap();
+    elsewhere.private_data = rdma::request_private_data(&hdr, &[], true).unwrap();
+    let tcp = rdma::sidr_params(&route(7301), PortSpace::Tcp, &[]).unwrap();
+    let nobody = rdma::sidr_params(&route(7302), PortSpace::Udp, &[]).unwrap();
+    for (p, want) in [(garbage, 2u8), (version, 2), (elsewhere, 2), (tcp, 2), (nobody, 1)] {
+        let id = b.shared.cm_call(move |cm, now| cm.sidr_request(now, &p)).unwrap().unwrap();
+        let ev = wait_for(&log, |e| matches!(e, CmEvent::SidrRepReceived { id: i, .. } if *i == id));
+        let CmEvent::SidrRepReceived { status, qpn, .. } = ev else { unreachable!() };
+        assert_eq!((status, qpn), (want, 0));
+    }
+    assert!(ch.get_event_timeout(Duration::from_millis(200)).is_err(), "nothing reached the application");
+    // A well-formed request still does.
+    b.shared.cm_call(move |cm, now| cm.sidr_request(now, &good)).unwrap().unwrap();
+    let ev = ch.get_event_timeout(Duration::from_secs(2)).unwrap();
+    assert_eq!(ev.event_type(), crate::verbs::cm::CmEventType::ConnectRequest);
+    assert_eq!(&ev.private_data()[..2], b"hi");
+    let c = a.counters().unwrap();
+    assert_eq!(c.cm.rx_msgs[7], 6, "six SIDR_REQs received");
+    assert_eq!(c.cm.tx_msgs[8], 5, "five refused at once");
+    assert_eq!(c.cm.sidr_no_listener, 1);
+}

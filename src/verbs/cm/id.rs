@@ -1,5 +1,6 @@
 //! rdma_cm ids (`struct rdma_cm_id`): what an application connects with, and the glue between
-//! them and the IB CM of each device (Linux's `cma.c` + librdmacm, for RC in the TCP port space).
+//! them and the IB CM of each device (Linux's `cma.c` + librdmacm): RC in the TCP port space,
+//! UD in the UDP port space (SIDR: `connect` sends a SIDR_REQ, `accept` the SIDR_REP).
 //!
 //! The engine hands every IB CM event of a device to `on_cm_event` on its own thread; that
 //! function answers at once where the kernel does (reject a request no listener takes, the
@@ -16,20 +17,23 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::channel::{ChannelInner, ConnEventParam, EventChannel, EventData, EventParam};
+use super::channel::{ChannelInner, ConnEventParam, EventChannel, EventData, EventParam, UdEventParam};
 use super::error::{Error, Result};
 use super::registry::{self, PortBinding};
 use super::{CmEventType, CmIdState};
 use crate::transport::cm::rdma::{
     self, ConnParam, DeviceCaps, RdmaListen, RdmaQpType, RdmaRoute, RequestKind,
 };
-use crate::transport::cm::{CmEndpoint, CmEvent as IbEvent, CmId as IbCmId, CmQpAttrs, RepInfo, ReqInfo};
-use crate::transport::{Mtu, QpState, QpType, Qpn, Time};
+use crate::transport::cm::{
+    CmEndpoint, CmEvent as IbEvent, CmId as IbCmId, CmPathRecord, CmQpAttrs, MadAddr, RepInfo, ReqInfo,
+    SidrRepParams,
+};
+use crate::transport::{Mtu, Qkey, QpState, QpType, Qpn, Time};
 use crate::verbs::device::{DeviceShared, WeakDevice};
 use crate::verbs::{Access, AddressVector, Device, Gid, ProtectionDomain, QpAttrs, QpInitAttr, QueuePair};
 use crate::wire::Psn;
-use crate::wire::cm::{CmTransport, RejReason};
-use crate::wire::cma::PortSpace;
+use crate::wire::cm::{CmTransport, RejReason, SidrStatus};
+use crate::wire::cma::{PortSpace, RDMA_UDP_QKEY};
 
 /// What the RDMA CM keeps per device: the IB CM connections of its ids and its listeners.
 #[derive(Default)]
@@ -55,6 +59,10 @@ struct IdSt {
     seq_num: u32,
     /// Passive: the request.
     req: Option<Box<ReqInfo>>,
+    /// Passive UD: a SIDR request is unanswered.
+    sidr_pending: bool,
+    /// Active UD: the peer the SIDR_REP named.
+    ud_peer: Option<UdEventParam>,
     /// Active: the reply, until the connect response is processed.
     rep: Option<Box<RepInfo>>,
     /// The application's connection parameters (QP overrides).
@@ -97,6 +105,8 @@ impl IdInner {
                 qp: None,
                 seq_num: 0,
                 req: None,
+                sidr_pending: false,
+                ud_peer: None,
                 rep: None,
                 conn: None,
                 disconnected: false,
@@ -207,7 +217,11 @@ impl CmIdRef {
     }
 }
 
-/// An rdma_cm id (`struct rdma_cm_id`), RC in the TCP port space. Created on an
+/// An rdma_cm id (`struct rdma_cm_id`): RC in the TCP port space, UD in the UDP port space.
+/// A UD id resolves its peer with SIDR: [`CmId::connect`] sends a SIDR_REQ, the listener's
+/// application gets CONNECT_REQUEST and [`CmId::accept`] answers with its QP number and
+/// Q_Key; the active side's ESTABLISHED carries them with an address vector for an address
+/// handle ([`super::UdEventParam`], librdmacm's `rdma_ud_param`). Created on an
 /// [`EventChannel`], its calls return at once and their outcome arrives as events; created
 /// without one, every call waits for its outcome (librdmacm's synchronous mode). Dropping it
 /// destroys it (`rdma_destroy_id`): an unanswered request is rejected, a connection
@@ -234,10 +248,10 @@ impl std::fmt::Debug for CmId {
 const SYNC_WAIT: Duration = Duration::from_secs(120);
 
 impl CmId {
-    /// `rdma_create_id`: a new id in port space `ps` (TCP: RC). With a channel its events go
-    /// there; without one (`None`) the id is synchronous.
+    /// `rdma_create_id`: a new id in port space `ps` (TCP: RC; UDP: UD). With a channel its
+    /// events go there; without one (`None`) the id is synchronous.
     pub fn new(channel: Option<&EventChannel>, ps: PortSpace) -> Result<CmId> {
-        if ps != PortSpace::Tcp {
+        if ps != PortSpace::Tcp && ps != PortSpace::Udp {
             return Err(Error::PortSpace(ps));
         }
         let (ch, sync) = match channel {
@@ -280,6 +294,11 @@ impl CmId {
     /// The port space.
     pub fn port_space(&self) -> PortSpace {
         self.inner.ps
+    }
+    /// A UD id after a successful SIDR (the active side's ESTABLISHED): the peer's QP number,
+    /// Q_Key and address vector, as the event carried them. `None` before, and on RC ids.
+    pub fn ud_peer(&self) -> Option<UdEventParam> {
+        self.inner.st.lock().ud_peer.clone()
     }
 
     /// The IB CM connection of the id.
@@ -472,16 +491,20 @@ impl CmId {
     }
 
     /// `rdma_create_qp`: creates the id's QP on its device (in `pd`, or the device's default
-    /// protection domain) and moves it to INIT, as librdmacm does; `connect` or `accept`
-    /// take it to RTR and RTS.
+    /// protection domain). An RC QP goes to INIT, as librdmacm does, and `connect` or `accept`
+    /// take it to RTR and RTS; a UD QP (UDP port space) goes straight to RTS with Q_Key
+    /// 0x01234567 (`RDMA_UDP_QKEY`) and send PSN 0 (`ucma_init_ud_qp`).
     pub fn create_qp(&mut self, pd: Option<&ProtectionDomain>, init: &QpInitAttr<'_>) -> Result<&QueuePair> {
         let dev =
             self.dev.clone().ok_or(Error::InvalidArgument("resolve or bind the id to a device first"))?;
         if self.qp.is_some() {
             return Err(Error::InvalidArgument("the id already has a QP"));
         }
-        if init.qp_type != QpType::Rc {
-            return Err(Error::NotSupported("rdma_cm ids of QP types other than RC"));
+        let ud = self.inner.qp_type == RdmaQpType::Ud;
+        match (ud, init.qp_type) {
+            (false, QpType::Rc) | (true, QpType::Ud) => {}
+            (false, _) => return Err(Error::InvalidArgument("an id in the TCP port space takes an RC QP")),
+            (true, _) => return Err(Error::InvalidArgument("an id in the UDP port space takes a UD QP")),
         }
         let default;
         let pd = match pd {
@@ -492,9 +515,15 @@ impl CmId {
             }
         };
         let qp = Arc::new(pd.create_qp(init)?);
-        qp.modify(&QpAttrs::init(
-            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-        ))?;
+        if ud {
+            qp.modify(&QpAttrs::init_ud(Qkey::new(RDMA_UDP_QKEY)))?;
+            qp.modify(&QpAttrs::rtr_ud())?;
+            qp.modify(&QpAttrs::rts_unreliable(Psn::new(0)))?;
+        } else {
+            qp.modify(&QpAttrs::init(
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+            ))?;
+        }
         self.inner.st.lock().qp = Some(qp.clone());
         self.qp = Some(qp);
         Ok(self.qp.as_deref().expect("just set"))
@@ -513,9 +542,19 @@ impl CmId {
     /// REJECTED (status 8: nobody listens on the port; 28: the peer's application said no) or
     /// UNREACHABLE (status −110: no answer after the IB CM's retries). A synchronous id waits
     /// for it and turns REJECTED into [`Error::ConnectionRefused`].
+    ///
+    /// On a UD id it sends a SIDR_REQ (with at most 180 bytes of private data; retried every
+    /// 4096 ms, 15 times). The outcome is ESTABLISHED with a [`super::UdEventParam`] (the
+    /// peer's QP, Q_Key and address vector), or UNREACHABLE with the SIDR status (1: nobody
+    /// listens on the port; 2: the peer's application rejected) or −110 (no answer). A
+    /// synchronous id waits for the outcome ([`CmId::ud_peer`] then names the peer; a failure
+    /// is [`Error::Event`] with the status).
     pub fn connect(&mut self, param: Option<&ConnParam>) -> Result<()> {
         self.expect("connect", &[CmIdState::RouteResolved])?;
         let dev = self.dev.clone().ok_or(Error::NoDevice)?;
+        if self.inner.qp_type == RdmaQpType::Ud {
+            return self.connect_ud(&dev, param);
+        }
         let (route, qpn) = {
             let st = self.inner.st.lock();
             let qpn = st.qp.as_ref().map(|q| q.qp_num().value()).or(param.map(|p| p.qp_num));
@@ -551,12 +590,55 @@ impl CmId {
         self.wait_sync(CmEventType::Established)
     }
 
+    /// SIDR for a UD id (`cma_resolve_ib_udp`).
+    fn connect_ud(&mut self, dev: &Device, param: Option<&ConnParam>) -> Result<()> {
+        let route = {
+            let st = self.inner.st.lock();
+            st.route.ok_or(Error::InvalidState { op: "connect", state: st.state })?
+        };
+        let user = param.map(|p| p.private_data.as_slice()).unwrap_or_default();
+        if user.len() > rdma::SIDR_REQ_PRIVATE_DATA {
+            return Err(Error::PrivateDataTooLong { len: user.len(), max: rdma::SIDR_REQ_PRIVATE_DATA });
+        }
+        let sidr = rdma::sidr_params(&route, self.inner.ps, user)?;
+        self.inner.st.lock().state = CmIdState::Connect;
+        let inner = self.inner.clone();
+        let weak = Arc::downgrade(&dev.shared);
+        let r = dev.shared.cm_call(move |cm, now| {
+            let id = cm.sidr_request(now, &sidr)?;
+            inner.st.lock().ib = Some(id);
+            if let Some(s) = weak.upgrade() {
+                s.rdma_cm.lock().conns.insert(id.0, inner);
+            }
+            Ok::<_, crate::transport::cm::CmError>(id)
+        })?;
+        if let Err(e) = r {
+            self.inner.st.lock().state = CmIdState::RouteResolved;
+            return Err(e.into());
+        }
+        self.wait_sync(CmEventType::Established)
+    }
+
     /// `rdma_accept`: accepts a connection request; the QP goes to RTR and RTS from the
     /// request, the REP leaves, and ESTABLISHED follows when the peer's RTU (or its first
     /// packet, see [`CmId::establish`]) arrives. A synchronous id waits for it.
+    ///
+    /// On a UD id it sends the SIDR_REP: success, the id's QP number (or `param.qp_num`) and
+    /// Q_Key 0x01234567, with at most 136 bytes of private data. There is no ESTABLISHED on
+    /// the passive side of a UD id (as in Linux); the id is [`CmIdState::Established`] at once.
     pub fn accept(&mut self, param: Option<&ConnParam>) -> Result<()> {
         self.expect("accept", &[CmIdState::Connect])?;
         let dev = self.dev.clone().ok_or(Error::NoDevice)?;
+        if self.inner.qp_type == RdmaQpType::Ud {
+            let qpn = self.qp.as_ref().map(|q| q.qp_num().value()).or(param.map(|p| p.qp_num));
+            let qpn = qpn
+                .filter(|q| *q >= 2)
+                .ok_or(Error::InvalidArgument("create a QP on the id (or name one) first"))?;
+            let pd = param.map(|p| p.private_data.clone()).unwrap_or_default();
+            self.sidr_answer(&dev, SidrStatus::Success, qpn, RDMA_UDP_QKEY, pd)?;
+            self.inner.st.lock().state = CmIdState::Established;
+            return Ok(());
+        }
         let (ib, req, qp) = {
             let st = self.inner.st.lock();
             (st.ib, st.req.clone(), st.qp.clone())
@@ -583,10 +665,33 @@ impl CmId {
         self.wait_sync(CmEventType::Established)
     }
 
+    /// Sends the SIDR_REP of a UD id's request.
+    fn sidr_answer(&self, dev: &Device, status: SidrStatus, qpn: u32, qkey: u32, pd: Vec<u8>) -> Result<()> {
+        if pd.len() > rdma::SIDR_REP_PRIVATE_DATA {
+            return Err(Error::PrivateDataTooLong { len: pd.len(), max: rdma::SIDR_REP_PRIVATE_DATA });
+        }
+        let ib = self.ib_id("accept")?;
+        if !self.inner.st.lock().sidr_pending {
+            return Err(Error::InvalidState { op: "accept", state: self.state() });
+        }
+        let p =
+            SidrRepParams { status, qpn, qkey, info: Vec::new(), private_data: pd, ece: Default::default() };
+        dev.shared.cm_call(move |cm, now| cm.sidr_reply(now, ib, &p))??;
+        self.inner.st.lock().sidr_pending = false;
+        Ok(())
+    }
+
     /// `rdma_reject`: turns a connection request down; the peer sees REJECTED with status 28
-    /// and this private data (at most 148 bytes).
+    /// and this private data (at most 148 bytes). On a UD id: a SIDR_REP with status 2
+    /// (reject) and at most 136 bytes; the peer sees UNREACHABLE with status 2.
     pub fn reject(&mut self, private_data: &[u8]) -> Result<()> {
         self.expect("reject", &[CmIdState::Connect])?;
+        if self.inner.qp_type == RdmaQpType::Ud {
+            let dev = self.dev.clone().ok_or(Error::NoDevice)?;
+            self.sidr_answer(&dev, SidrStatus::Reject, 0, 0, private_data.to_vec())?;
+            self.inner.st.lock().state = CmIdState::Disconnect;
+            return Ok(());
+        }
         if private_data.len() > rdma::REJ_PRIVATE_DATA {
             return Err(Error::PrivateDataTooLong { len: private_data.len(), max: rdma::REJ_PRIVATE_DATA });
         }
@@ -615,12 +720,17 @@ impl CmId {
     }
 
     /// `rdma_disconnect`: the QP to ERR (its outstanding work flushes), then the DREQ (or the
-    /// DREP, if the peer disconnected first). Both sides get DISCONNECTED.
+    /// DREP, if the peer disconnected first). Both sides get DISCONNECTED. A UD id has no
+    /// connection: only its QP goes to ERR, and no event follows (as in Linux).
     pub fn disconnect(&mut self) -> Result<()> {
         self.expect("disconnect", &[CmIdState::Connect, CmIdState::Established, CmIdState::Disconnect])?;
         let dev = self.dev.clone().ok_or(Error::NoDevice)?;
         if let Some(qp) = &self.qp {
             qp.modify(&QpAttrs::error())?;
+        }
+        if self.inner.qp_type == RdmaQpType::Ud {
+            self.inner.st.lock().state = CmIdState::Disconnect;
+            return Ok(());
         }
         let ib = self.ib_id("disconnect")?;
         let r = dev.shared.cm_call(move |cm, now| cm.disconnect(now, ib))?;
@@ -727,6 +837,10 @@ pub(crate) fn on_cm_event(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time,
         on_request(shared, cm, now, id, req);
         return;
     }
+    if let IbEvent::SidrReqReceived { id, service_id, private_data, from, .. } = ev {
+        on_sidr_request(shared, cm, now, id, service_id, &private_data, &from);
+        return;
+    }
     let Some(inner) = shared.rdma_cm.lock().conns.get(&ib.0).cloned() else { return };
     let Some((kind, status)) = rdma::rdma_event(&ev, true) else { return };
     match ev {
@@ -769,8 +883,126 @@ pub(crate) fn on_cm_event(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time,
             shared.rdma_cm.lock().conns.remove(&ib.0);
             inner.push(kind, status, EventParam::None);
         }
+        IbEvent::SidrRepReceived { qpn, qkey, private_data, .. } => {
+            let param = if kind == CmEventType::Established {
+                let route = inner.st.lock().route;
+                let Some(av) = route.and_then(|r| device_av(shared, &rdma::path_record(&r))) else {
+                    inner.st.lock().state = CmIdState::Disconnect;
+                    inner.push(CmEventType::AddrError, -libc::EINVAL, EventParam::None);
+                    return;
+                };
+                let p = UdEventParam { private_data, ah_attr: av, qp_num: qpn, qkey: Qkey::new(qkey) };
+                let mut st = inner.st.lock();
+                st.state = CmIdState::Established;
+                st.ud_peer = Some(p.clone());
+                drop(st);
+                EventParam::Ud(p)
+            } else {
+                inner.st.lock().state = CmIdState::Disconnect;
+                EventParam::Ud(UdEventParam {
+                    private_data,
+                    ah_attr: AddressVector::new(Gid([0; 16]), crate::verbs::GidIndex::new(0)),
+                    qp_num: 0,
+                    qkey: Qkey::new(0),
+                })
+            };
+            inner.push(kind, status, param);
+        }
         _ => {}
     }
+}
+
+/// The address vector of a path on this device: the peer's GID, the GID index of our side's
+/// address, hop limit, traffic class, flow label (`ib_init_ah_attr_from_path` on RoCE).
+fn device_av(shared: &DeviceShared, path: &CmPathRecord) -> Option<AddressVector> {
+    let dev = shared.weak_self.get()?.upgrade()?;
+    let sgid = dev.gid_index_for(Gid(path.local_gid).to_ip())?;
+    let mut av = AddressVector::new(Gid(path.remote_gid), sgid);
+    av.hop_limit = path.hop_limit;
+    av.traffic_class = path.traffic_class;
+    av.flow_label = path.flow_label;
+    av.sl = path.sl;
+    Some(av)
+}
+
+/// A SIDR request (`cma_ib_req_handler` for `IB_CM_SIDR_REQ_RECEIVED`): matched to a UD
+/// listener (else SIDR_REP "reject", as `cm_destroy_id` answers a failed handler), a new id,
+/// CONNECT_REQUEST with the 180 bytes of user private data and the requester's address. No
+/// MRA: SIDR has none.
+fn on_sidr_request(
+    shared: &DeviceShared,
+    cm: &mut CmEndpoint,
+    now: Time,
+    id: IbCmId,
+    service_id: u64,
+    private_data: &[u8],
+    from: &MadAddr,
+) {
+    let refuse = |cm: &mut CmEndpoint| {
+        let p = SidrRepParams {
+            status: SidrStatus::Reject,
+            qpn: 0,
+            qkey: 0,
+            info: Vec::new(),
+            private_data: Vec::new(),
+            ece: Default::default(),
+        };
+        let _ = cm.sidr_reply(now, id, &p);
+        let _ = cm.destroy(now, id);
+    };
+    let listeners: Vec<(RdmaListen, Arc<IdInner>)> = shared.rdma_cm.lock().listeners.clone();
+    let ls: Vec<RdmaListen> = listeners.iter().map(|(l, _)| *l).collect();
+    let addrs = &shared.addresses;
+    let m = rdma::match_request(&ls, service_id, private_data, RequestKind::Sidr, |ip: IpAddr| {
+        addrs.contains(&ip)
+    });
+    let Ok(m) = m else { return refuse(cm) };
+    let listener = listeners[m.listener].1.clone();
+    if listener.state() != CmIdState::Listen {
+        return refuse(cm);
+    }
+    let path = CmPathRecord {
+        local_gid: from.local_gid,
+        remote_gid: from.remote_gid,
+        flow_label: 0,
+        traffic_class: from.traffic_class,
+        hop_limit: 64,
+        sl: 0,
+        pkey: from.pkey,
+        mtu: 0,
+        rate: 0,
+        packet_life_time: 0,
+    };
+    let Some(av) = device_av(shared, &path) else { return refuse(cm) };
+    let channel = if listener.sync {
+        match ChannelInner::new() {
+            Ok(c) => c,
+            Err(_) => return refuse(cm),
+        }
+    } else {
+        listener.channel.clone()
+    };
+    let new = IdInner::new(channel, listener.sync, listener.ps);
+    {
+        let mut st = new.st.lock();
+        st.state = CmIdState::Connect;
+        st.dev = shared.weak_self.get().cloned();
+        st.src = Some(m.local);
+        st.dst = Some(m.peer);
+        st.ib = Some(id);
+        st.sidr_pending = true;
+    }
+    shared.rdma_cm.lock().conns.insert(id.0, new.clone());
+    let param = EventParam::Ud(UdEventParam {
+        private_data: m.private_data,
+        ah_attr: av,
+        qp_num: 0,
+        qkey: Qkey::new(0),
+    });
+    let mut ev = EventData::new(CmEventType::ConnectRequest, 0, new, param);
+    ev.listen = Some(listener.clone());
+    ev.new_id = true;
+    listener.channel.push(ev);
 }
 
 /// DISCONNECTED, once per connection.

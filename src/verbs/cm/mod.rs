@@ -5,6 +5,13 @@
 //! is the rdma_cm layer above it (what Linux's `cma.c` and librdmacm do): ids in a port space,
 //! address and route resolution on the softroce devices of the process, listeners, the
 //! `cma_hdr`, negotiation, the QP moved through INIT → RTR → RTS, events on channels.
+//!
+//! Ids in [`PortSpace::Tcp`] connect RC QPs (REQ/REP/RTU, DREQ/DREP); ids in
+//! [`PortSpace::Udp`] find a peer's UD QP through SIDR: `connect` sends a SIDR_REQ, the
+//! listener's application gets CONNECT_REQUEST (with the requester's address in a
+//! [`UdEventParam`]) and answers with `accept` or `reject` (the SIDR_REP), and the active
+//! side's ESTABLISHED carries the peer's QP number, Q_Key and an address vector to create an
+//! address handle from (or UNREACHABLE with the SIDR status: 1 nobody listens, 2 rejected).
 
 pub mod channel;
 pub mod error;
