@@ -47,6 +47,7 @@ pub mod pd;
 pub mod private;
 pub mod private34;
 pub mod qp;
+pub mod rdmacm;
 pub mod runtime;
 pub mod srq;
 pub mod stubs;
