@@ -1076,6 +1076,11 @@ pub unsafe extern "C" fn rdma_create_ep(
         } else {
             RDMA_PS_TCP
         };
+        let qp_type = match r.ai_qp_type as u32 {
+            0 if ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB => IBV_QPT_UD,
+            0 => IBV_QPT_RC,
+            t => t,
+        };
         let mut p = std::ptr::null_mut();
         // SAFETY: a local out-pointer.
         if unsafe { rdma_create_id(std::ptr::null_mut(), &mut p, std::ptr::null_mut(), ps) } != 0 {
@@ -1094,7 +1099,8 @@ pub unsafe extern "C" fn rdma_create_ep(
             }
             if !attr.is_null() {
                 // SAFETY: per the caller; the id just made.
-                let a = unsafe { *attr };
+                let mut a = unsafe { *attr };
+                a.qp_type = qp_type;
                 let o = unsafe { id_of(p) }.expect("fresh id");
                 o.rust.st.lock().ep_attr = Some((a, pd));
             }
@@ -1105,6 +1111,11 @@ pub unsafe extern "C" fn rdma_create_ep(
                 || unsafe { rdma_resolve_route(p, 2000) } != 0
             {
                 return fail(p);
+            }
+            if !attr.is_null() {
+                // The QP type is the address's, as librdmacm's rdma_create_ep sets it.
+                // SAFETY: per the caller.
+                unsafe { (*attr).qp_type = qp_type };
             }
             // SAFETY: as above.
             if !attr.is_null() && unsafe { rdma_create_qp(p, pd, attr) } != 0 {
