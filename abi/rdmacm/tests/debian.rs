@@ -42,7 +42,7 @@ fn rping_verbose_sizes() {
     if !have("rping_verbose_sizes", &["/usr/bin/rping"]) {
         return;
     }
-    for size in ["64", "1024", "65536"] {
+    for size in ["64", "1024", "4000"] {
         let (s, c) = rping(&format!("rping{size}"), &["-v", "-C", "5", "-S", size]);
         assert_eq!(c.matches("ping data: rdma-ping-").count(), 5, "client {size}:\n{c}");
         assert_eq!(s.matches("server ping data: rdma-ping-").count(), 5, "server {size}:\n{s}");
@@ -57,6 +57,9 @@ fn rping_validate_1000() {
     }
     // -V: the client checks every echoed buffer; a mismatch fails the run.
     let (_, c) = rping("rpingV", &["-V", "-C", "1000", "-S", "512"]);
+    assert!(!c.contains("data mismatch"), "{c}");
+    // The largest buffer rping takes.
+    let (_, c) = rping("rping64k", &["-V", "-C", "20", "-S", "65000"]);
     assert!(!c.contains("data mismatch"), "{c}");
 }
 

@@ -102,7 +102,10 @@ pub fn roce_bound(ip: &str) -> bool {
 
 /// Starts `prog <args>` with our libraries and device `dev`.
 pub fn spawn(dir: &Path, dev: &str, prog: &str, args: &[&str]) -> Child {
-    Command::new(prog)
+    // Unbuffered stdout (stdbuf), so that a run killed at the time limit still shows how far
+    // it came.
+    Command::new("stdbuf")
+        .args(["-o0", "-e0", prog])
         .args(args)
         .env("LD_LIBRARY_PATH", dir)
         .env("SOFTROCE_DEVICES", dev)
@@ -112,15 +115,27 @@ pub fn spawn(dir: &Path, dev: &str, prog: &str, args: &[&str]) -> Child {
         .expect("spawn")
 }
 
-/// Waits for `c` at most `limit`, killing it past that; whether it succeeded, its output.
-pub fn finish(mut c: Child, limit: Duration) -> (bool, String) {
-    let t = Instant::now();
-    while c.try_wait().unwrap().is_none() && t.elapsed() < limit {
-        std::thread::sleep(Duration::from_millis(20));
+/// Waits for `c` at most `limit`, killing it past that; whether it succeeded, its output
+/// (read while it runs, so that a chatty program never blocks on a full pipe).
+pub fn finish(c: Child, limit: Duration) -> (bool, String) {
+    let pid = c.id().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(c.wait_with_output());
+    });
+    let o = match rx.recv_timeout(limit) {
+        Ok(o) => o,
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid]).status();
+            rx.recv().expect("the waiting thread answers")
+        }
     }
-    let _ = c.kill();
-    let o = c.wait_with_output().unwrap();
-    (o.status.success(), text(&o))
+    .expect("wait");
+    let mut t = text(&o);
+    if t.len() > 20_000 {
+        t = format!("{} [...] {}", &t[..10_000], &t[t.len() - 10_000..]);
+    }
+    (o.status.success(), t)
 }
 
 /// Runs a server (`server(ip)` gives its arguments) on one fresh address and a client
