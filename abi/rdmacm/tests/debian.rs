@@ -183,3 +183,46 @@ fn rping_to_a_port_nobody_listens_on_is_rejected() {
     assert!(!ok, "{out}");
     assert!(out.contains("RDMA_CM_EVENT_REJECTED, error 8"), "{out}");
 }
+
+/// Debian's rping through our librdmacm against the native `softroce rping` (the Rust RDMA
+/// CM, no C library), both roles.
+#[test]
+fn rping_pairs_with_native_softroce_rping() {
+    if !have("rping_pairs_with_native_softroce_rping", &["/usr/bin/rping"]) {
+        return;
+    }
+    let native = softroce_bin();
+    let dir = lib_dir("cross");
+    for debian_server in [true, false] {
+        let (sip, cip, port) = (addr(), addr(), port());
+        let common = ["-p", &port, "-C", "50", "-S", "1000", "-V"];
+        let srv = if debian_server {
+            let mut a = vec!["-s", "-a", &sip];
+            a.extend_from_slice(&common);
+            spawn(&dir, &sip, "/usr/bin/rping", &a)
+        } else {
+            let mut a = vec!["rping", "-s", "-a", &sip];
+            a.extend_from_slice(&common);
+            spawn(&dir, &sip, native.to_str().unwrap(), &a)
+        };
+        let t = std::time::Instant::now();
+        while !roce_bound(&sip) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let cli = if debian_server {
+            let mut a = vec!["rping", "-c", "-a", &sip, "-I", &cip];
+            a.extend_from_slice(&common);
+            spawn(&dir, &cip, native.to_str().unwrap(), &a)
+        } else {
+            let mut a = vec!["-c", "-a", &sip];
+            a.extend_from_slice(&common);
+            spawn(&dir, &cip, "/usr/bin/rping", &a)
+        };
+        let (cok, cout) = finish(cli, LIMIT);
+        let (sok, sout) = finish(srv, Duration::from_secs(10));
+        assert!(cok && sok, "debian server: {debian_server}\n--- server:\n{sout}\n--- client:\n{cout}");
+        assert!(sout.contains("DISCONNECT EVENT"), "{sout}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -183,3 +183,24 @@ pub fn pair(
 pub fn args(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
+
+/// The `softroce` tool, built for this test run in the same profile.
+pub fn softroce_bin() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = profile_dir();
+            let profile = match dir.file_name().and_then(|n| n.to_str()).unwrap() {
+                "debug" => "dev".to_string(),
+                other => other.to_string(),
+            };
+            let out = Command::new(env!("CARGO"))
+                .args(["build", "-p", "softroce", "--bin", "softroce", "--profile", &profile])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .output()
+                .expect("cargo");
+            assert!(out.status.success(), "cargo build --bin softroce failed:\n{}", text(&out));
+            dir.join("softroce")
+        })
+        .clone()
+}
