@@ -102,7 +102,9 @@ macro_rules! exports {
 }
 
 #[cfg_attr(test, allow(unused_imports))]
-use crate::{ah, compat, context, cq, device, kern, misc, pd, private, private34, qp, rdmacm, srq, stubs, sysfs};
+use crate::{
+    ah, compat, context, cq, device, kern, misc, pd, private, private34, qp, rdmacm, srq, stubs, sysfs,
+};
 
 exports! {
     // Devices, contexts, ports, GIDs, strings, fork: implemented.

@@ -157,7 +157,12 @@ pub(crate) fn create(
         c.wr_set_inline_data_list = Some(wr_set_inline_data_list);
         c.wr_set_ud_addr = Some(wr_set_ud_addr);
     }
-    let rust = Qp { qp: std::sync::Arc::new(qp), sq_sig_all: a.sq_sig_all != 0, cap: out_cap, batch: Mutex::new(Batch::default()) };
+    let rust = Qp {
+        qp: std::sync::Arc::new(qp),
+        sq_sig_all: a.sq_sig_all != 0,
+        cap: out_cap,
+        batch: Mutex::new(Batch::default()),
+    };
     let o = Obj::into_c(c, QP_MAGIC, rust);
     // SAFETY: o is a fresh, boxed (pinned) QP; its pthread objects are initialised in place.
     unsafe {

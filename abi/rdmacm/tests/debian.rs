@@ -101,7 +101,10 @@ fn rdma_server_and_client() {
     let (cok, cout) = finish(spawn(&dir, &cip, "/usr/bin/rdma_client", &["-s", &sip, "-p", &port]), LIMIT);
     let (sok, sout) = finish(srv, Duration::from_secs(10));
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(cok && sok && cout.contains("end 0") && sout.contains("end 0"), "server:\n{sout}\nclient:\n{cout}");
+    assert!(
+        cok && sok && cout.contains("end 0") && sout.contains("end 0"),
+        "server:\n{sout}\nclient:\n{cout}"
+    );
 }
 
 fn perftest(prog: &str, extra: &[&str]) {
@@ -175,7 +178,8 @@ fn rping_to_a_port_nobody_listens_on_is_rejected() {
     while !roce_bound(&sip) && t.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let (ok, out) = finish(spawn(&dir, &cip, "/usr/bin/rping", &["-c", "-a", &sip, "-p", &port, "-C", "1"]), LIMIT);
+    let (ok, out) =
+        finish(spawn(&dir, &cip, "/usr/bin/rping", &["-c", "-a", &sip, "-p", &port, "-C", "1"]), LIMIT);
     let mut srv = srv;
     let _ = srv.kill();
     let _ = srv.wait();

@@ -517,7 +517,8 @@ impl CmId {
     /// it to INIT, as [`CmId::create_qp`] does, and makes it the id's QP, which `connect` and
     /// `accept` then take to RTR and RTS.
     pub fn attach_qp(&mut self, qp: Arc<QueuePair>) -> Result<()> {
-        let dev = self.dev.as_ref().ok_or(Error::InvalidArgument("resolve or bind the id to a device first"))?;
+        let dev =
+            self.dev.as_ref().ok_or(Error::InvalidArgument("resolve or bind the id to a device first"))?;
         if self.qp.is_some() {
             return Err(Error::InvalidArgument("the id already has a QP"));
         }

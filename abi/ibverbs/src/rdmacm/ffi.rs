@@ -5,9 +5,7 @@
 
 use libc::{c_char, c_int, c_void, size_t, sockaddr, sockaddr_storage, socklen_t};
 
-use crate::ffi::{
-    ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_pd, ibv_qp, ibv_srq,
-};
+use crate::ffi::{ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_pd, ibv_qp, ibv_srq};
 
 /// `struct rdma_event_channel`.
 #[repr(C)]

@@ -139,7 +139,10 @@ fn context_of(sr: &'static SrDevice) -> Result<*mut ibv_context, Errno> {
 
 /// The listed device a softroce device (of this runtime) is.
 fn listed(dev: &Device) -> Option<&'static SrDevice> {
-    devices().iter().copied().find(|sr| sr.current_runtime().and_then(|rt| rt.started()).is_some_and(|d| d.same(dev)))
+    devices()
+        .iter()
+        .copied()
+        .find(|sr| sr.current_runtime().and_then(|rt| rt.started()).is_some_and(|d| d.same(dev)))
 }
 
 /// The context for a softroce device of this runtime.
@@ -439,10 +442,8 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             }
             st.cm.take()
         };
-        if let Some(cm) = &cm {
-            if let Some(m) = IDS.lock().as_mut() {
-                m.remove(&cm.serial());
-            }
+        if let (Some(cm), Some(m)) = (&cm, IDS.lock().as_mut()) {
+            m.remove(&cm.serial());
         }
         drop(cm);
         // SAFETY: per the caller.
@@ -578,7 +579,12 @@ unsafe fn create_cqs(id: *mut rdma_cm_id, ctx: *mut ibv_context, send: u32, recv
 }
 
 /// The body of `rdma_create_qp(_ex)`.
-fn create_qp(id: *mut rdma_cm_id, st: &mut IdSt, cm: &mut CmId, x: &mut ibv_qp_init_attr_ex) -> Result<(), Errno> {
+fn create_qp(
+    id: *mut rdma_cm_id,
+    st: &mut IdSt,
+    cm: &mut CmId,
+    x: &mut ibv_qp_init_attr_ex,
+) -> Result<(), Errno> {
     let dev = cm.device().ok_or(libc::EINVAL)?.clone();
     let ctx = context_for(&dev)?;
     if x.pd.is_null() {
@@ -657,7 +663,11 @@ fn attr_ex(pd: *mut ibv_pd, a: &ibv_qp_init_attr) -> ibv_qp_init_attr_ex {
 ///
 /// # Safety
 /// `id` is an id of ours; `pd` NULL or a PD of ours; `attr` readable and writable.
-pub unsafe extern "C" fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> c_int {
+pub unsafe extern "C" fn rdma_create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> c_int {
     with_id(id, |st, cm| {
         if attr.is_null() {
             return Err(libc::EINVAL);
@@ -726,7 +736,8 @@ unsafe fn conn_param(p: *const rdma_conn_param) -> Option<ConnParam> {
         Vec::new()
     } else {
         // SAFETY: per the caller.
-        unsafe { std::slice::from_raw_parts(c.private_data.cast::<u8>(), usize::from(c.private_data_len)) }.to_vec()
+        unsafe { std::slice::from_raw_parts(c.private_data.cast::<u8>(), usize::from(c.private_data_len)) }
+            .to_vec()
     };
     Some(ConnParam {
         private_data: pd,
@@ -813,13 +824,12 @@ pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
 /// `id` is an id of ours.
 pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
     const IBV_EVENT_COMM_EST: c_int = 5;
-    with_id(id, |_, cm| {
-        if event == IBV_EVENT_COMM_EST {
-            cm.establish().map_err(|e| cm_errno(&e))
-        } else {
-            Ok(())
-        }
-    })
+    with_id(
+        id,
+        |_, cm| {
+            if event == IBV_EVENT_COMM_EST { cm.establish().map_err(|e| cm_errno(&e)) } else { Ok(()) }
+        },
+    )
 }
 
 /// `rdma_get_request`: on a synchronous listener, waits for a connection request and returns
@@ -1149,7 +1159,11 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
 ///
 /// # Safety
 /// `id` is an id of ours; `pd` NULL or ours; `attr` readable and writable.
-pub unsafe extern "C" fn rdma_create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> c_int {
+pub unsafe extern "C" fn rdma_create_srq(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> c_int {
     with_id(id, |_, cm| {
         let ctx = context_for(cm.device().ok_or(libc::EINVAL)?)?;
         let pd = if pd.is_null() { default_pd(ctx)? } else { pd };
@@ -1274,7 +1288,11 @@ pub unsafe extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma
 ///
 /// # Safety
 /// `id` is an id of ours; `attr` and `mask` writable.
-pub unsafe extern "C" fn rdma_init_qp_attr(id: *mut rdma_cm_id, attr: *mut ibv_qp_attr, mask: *mut c_int) -> c_int {
+pub unsafe extern "C" fn rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_qp_attr,
+    mask: *mut c_int,
+) -> c_int {
     with_id(id, |_, cm| {
         if attr.is_null() || mask.is_null() {
             return Err(libc::EINVAL);
@@ -1395,13 +1413,21 @@ pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_
 }
 
 /// `rdma_join_multicast`: -1 + `ENOSYS` (softroce has no multicast).
-pub extern "C" fn rdma_join_multicast(_id: *mut rdma_cm_id, _addr: *mut sockaddr, _ctx: *mut c_void) -> c_int {
+pub extern "C" fn rdma_join_multicast(
+    _id: *mut rdma_cm_id,
+    _addr: *mut sockaddr,
+    _ctx: *mut c_void,
+) -> c_int {
     set_errno(libc::ENOSYS);
     -1
 }
 
 /// `rdma_join_multicast_ex`: -1 + `ENOSYS`.
-pub extern "C" fn rdma_join_multicast_ex(_id: *mut rdma_cm_id, _attr: *mut c_void, _ctx: *mut c_void) -> c_int {
+pub extern "C" fn rdma_join_multicast_ex(
+    _id: *mut rdma_cm_id,
+    _attr: *mut c_void,
+    _ctx: *mut c_void,
+) -> c_int {
     set_errno(libc::ENOSYS);
     -1
 }
@@ -1478,7 +1504,8 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
                 if ra.ai_qp_type as u32 == IBV_QPT_UD { RDMA_PS_UDP as c_int } else { RDMA_PS_TCP as c_int };
         }
         if ra.ai_qp_type == 0 {
-            ra.ai_qp_type = if ra.ai_port_space as u32 == RDMA_PS_UDP { IBV_QPT_UD } else { IBV_QPT_RC } as c_int;
+            ra.ai_qp_type =
+                if ra.ai_port_space as u32 == RDMA_PS_UDP { IBV_QPT_UD } else { IBV_QPT_RC } as c_int;
         }
         let boxed = |a: SocketAddr| -> (*mut sockaddr, libc::socklen_t) {
             // SAFETY: malloc of a sockaddr_storage (freed by rdma_freeaddrinfo).

@@ -90,7 +90,8 @@ pub fn addr() -> String {
 /// process on softroce, so only the peers must agree).
 pub fn port() -> String {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    (20000 + (std::process::id() * 7 + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) % 20000).to_string()
+    (20000 + (std::process::id() * 7 + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) % 20000)
+        .to_string()
 }
 
 /// True once a UDP socket is bound to `ip`:4791 (the device's engine is up).
