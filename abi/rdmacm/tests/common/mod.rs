@@ -127,8 +127,15 @@ pub fn finish(c: Child, limit: Duration) -> (bool, String) {
     let o = match rx.recv_timeout(limit) {
         Ok(o) => o,
         Err(_) => {
+            // Where it hangs, for the failure message (when gdb is there).
+            let stacks = Command::new("gdb")
+                .args(["-p", &pid, "-batch", "-ex", "thread apply all bt"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
             let _ = Command::new("kill").args(["-9", &pid]).status();
-            rx.recv().expect("the waiting thread answers")
+            let o = rx.recv().expect("the waiting thread answers").expect("wait");
+            return (false, format!("{}\n--- killed after {limit:?}; its threads:\n{stacks}", text(&o)));
         }
     }
     .expect("wait");
