@@ -3,7 +3,8 @@
 //! REJECTED status 8 for a port nobody listens on and 28 with private data for an application
 //! reject, CONNECT_REQUEST with a new id and the request's private data, ESTABLISHED with the
 //! QP in RTS, DISCONNECTED on both sides, `rdma_destroy_id` waiting for an unacknowledged
-//! event, and a synchronous `rdma_connect` refused with ECONNREFUSED.
+//! event, a synchronous `rdma_connect` refused with ECONNREFUSED, `rdma_getaddrinfo` of a host
+//! name, `rdma_get_devices`.
 
 mod common;
 
@@ -40,6 +41,7 @@ fn event_semantics() {
         "disconnected-both-sides",
         "destroy-waits-for-ack",
         "sync-refused",
+        "addrinfo-devices",
     ] {
         assert!(out.contains(&format!("ok {what}\n")), "{what}:\n{out}");
     }

@@ -198,6 +198,29 @@ int main(int argc, char **argv)
 		rdma_freeaddrinfo(res);
 	}
 	printf("ok sync-refused\n");
+
+	/* Host names, passive lookups, the device list and event names. */
+	{
+		struct rdma_addrinfo hints, *res;
+		struct ibv_context **devs;
+		int n = -1;
+		memset(&hints, 0, sizeof hints);
+		hints.ai_flags = RAI_PASSIVE;
+		hints.ai_family = AF_INET;
+		CHECK(rdma_getaddrinfo("localhost", "7471", &hints, &res) == 0, "getaddrinfo localhost");
+		CHECK(res->ai_src_addr && !res->ai_dst_addr && res->ai_port_space == RDMA_PS_TCP &&
+		      res->ai_qp_type == IBV_QPT_RC, "passive: a source address, TCP, RC");
+		CHECK(((struct sockaddr_in *)res->ai_src_addr)->sin_addr.s_addr == htonl(INADDR_LOOPBACK) &&
+		      ntohs(((struct sockaddr_in *)res->ai_src_addr)->sin_port) == 7471, "localhost:7471");
+		rdma_freeaddrinfo(res);
+		CHECK(rdma_getaddrinfo(NULL, NULL, NULL, &res) == -1 && errno == EINVAL, "no node, no service");
+		devs = rdma_get_devices(&n);
+		CHECK(devs && n == 1 && devs[0] && !devs[1], "one device (%d)", n);
+		CHECK(strcmp(ibv_get_device_name(devs[0]->device), "softroce0") == 0, "softroce0");
+		rdma_free_devices(devs);
+		CHECK(strcmp(rdma_event_str(RDMA_CM_EVENT_TIMEWAIT_EXIT), "RDMA_CM_EVENT_TIMEWAIT_EXIT") == 0, "event_str");
+	}
+	printf("ok addrinfo-devices\n");
 	rdma_destroy_event_channel(ch);
 	return 0;
 }
