@@ -119,6 +119,11 @@ pub fn spawn(dir: &Path, dev: &str, prog: &str, args: &[&str]) -> Child {
 /// Waits for `c` at most `limit`, killing it past that; whether it succeeded, its output
 /// (read while it runs, so that a chatty program never blocks on a full pipe).
 pub fn finish(c: Child, limit: Duration) -> (bool, String) {
+    finish_or(c, limit, String::new)
+}
+
+/// [`finish`], adding what `diagnose` reports when the program hangs (before it is killed).
+pub fn finish_or(c: Child, limit: Duration, diagnose: impl FnOnce() -> String) -> (bool, String) {
     let pid = c.id().to_string();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -133,9 +138,13 @@ pub fn finish(c: Child, limit: Duration) -> (bool, String) {
                 .output()
                 .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
                 .unwrap_or_default();
+            let more = diagnose();
             let _ = Command::new("kill").args(["-9", &pid]).status();
             let o = rx.recv().expect("the waiting thread answers").expect("wait");
-            return (false, format!("{}\n--- killed after {limit:?}; its threads:\n{stacks}", text(&o)));
+            return (
+                false,
+                format!("{}\n--- killed after {limit:?}; its threads:\n{stacks}\n{more}", text(&o)),
+            );
         }
     }
     .expect("wait");
@@ -174,7 +183,7 @@ pub fn pair(
     let (cok, cout) = loop {
         attempts += 1;
         let t = Instant::now();
-        let (ok, out) = finish(spawn(&dir, &cip, prog, &cargs), limit);
+        let (ok, out) = finish_or(spawn(&dir, &cip, prog, &cargs), limit, || wire(&sip, &cip));
         let early = t.elapsed() < Duration::from_secs(2);
         if ok || !early || attempts >= 5 || srv.try_wait().unwrap().is_some() {
             break (ok, out);
@@ -185,6 +194,29 @@ pub fn pair(
     let _ = std::fs::remove_dir_all(&dir);
     assert!(cok && sok, "{prog}\n--- server {sargs:?}:\n{sout}\n--- client {cargs:?}:\n{cout}");
     (sout, cout)
+}
+
+/// For a hung pair: the two devices' UDP sockets (queues, drops) and two seconds of the RoCE
+/// traffic between them as tshark decodes it (when tshark can capture).
+pub fn wire(a: &str, b: &str) -> String {
+    let hex = |ip: &str| {
+        let o: Vec<u8> = ip.split('.').map(|x| x.parse().unwrap()).collect();
+        format!("{:02X}{:02X}{:02X}{:02X}:12B7", o[3], o[2], o[1], o[0])
+    };
+    let (ha, hb) = (hex(a), hex(b));
+    let udp: Vec<String> = std::fs::read_to_string("/proc/net/udp")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(&ha) || l.contains(&hb))
+        .map(str::to_string)
+        .collect();
+    let cap = Command::new("timeout")
+        .args(["3", "tshark", "-i", "lo", "-a", "duration:2", "-c", "40", "-f"])
+        .arg(format!("udp port 4791 and host {a} and host {b}"))
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    format!("--- /proc/net/udp of {a} and {b}:\n{}\n--- 2 s of their traffic:\n{cap}", udp.join("\n"))
 }
 
 /// `v` as owned strings.
