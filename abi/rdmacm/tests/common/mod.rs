@@ -211,7 +211,10 @@ pub fn wire(a: &str, b: &str) -> String {
         .map(str::to_string)
         .collect();
     let cap = Command::new("timeout")
-        .args(["3", "tshark", "-i", "lo", "-a", "duration:2", "-c", "40", "-f"])
+        .args(["3", "tshark", "-i", "lo", "-a", "duration:2", "-c", "40", "-d", "udp.port==4791,infiniband"])
+        .args(["-T", "fields", "-e", "frame.time_relative", "-e", "ip.src", "-e", "infiniband.bth.opcode"])
+        .args(["-e", "infiniband.bth.destqp", "-e", "infiniband.bth.psn", "-e", "infiniband.aeth.syndrome"])
+        .args(["-e", "infiniband.aeth.msn", "-f"])
         .arg(format!("udp port 4791 and host {a} and host {b}"))
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
