@@ -1,5 +1,6 @@
 //! With the `embed-libs` feature (`cargo install --path . --features embed-libs`), builds the
-//! drop-in `libibverbs.so.1` (the `abi/ibverbs` crate) with a nested cargo and hands its path to
+//! drop-in `libibverbs.so.1` and `librdmacm.so.1` (the `abi/ibverbs` and `abi/rdmacm` crates)
+//! with a nested cargo and hands its path to
 //! the `softroce` binary, which carries the library and writes it, once, into a per-user cache
 //! directory for `softroce lib-path`. Without the feature this script does nothing: a workspace
 //! build (`cargo build`) builds the library beside the tool anyway.
@@ -32,26 +33,39 @@ fn main() {
         );
         return;
     }
-    for dir in ["abi/ibverbs/src", "abi/ibverbs/build.rs", "abi/ibverbs/libibverbs.map", "src"] {
+    for dir in [
+        "abi/ibverbs/src",
+        "abi/ibverbs/build.rs",
+        "abi/ibverbs/libibverbs.map",
+        "abi/rdmacm/src",
+        "abi/rdmacm/build.rs",
+        "abi/rdmacm/librdmacm.map",
+        "abi/rdmacm/exports.tsv",
+        "src",
+    ] {
         println!("cargo::rerun-if-changed={dir}");
     }
-    let lib = out.join("libibverbs.so.1");
-    // Lints (`cargo clippy --all-features`) build no binary: an empty stand-in is enough to
-    // check the code that carries the library, without a nested release build.
+    let libs = [("libibverbs.so", out.join("libibverbs.so.1")), ("librdmacm.so", out.join("librdmacm.so.1"))];
+    // Lints (`cargo clippy --all-features`) build no binary: empty stand-ins are enough to
+    // check the code that carries the libraries, without a nested release build.
     if std::env::var("RUSTC_WORKSPACE_WRAPPER").is_ok_and(|w| w.contains("clippy-driver")) {
-        std::fs::write(&lib, b"").expect("embed-libs: writing the stand-in library");
+        for (_, lib) in &libs {
+            std::fs::write(lib, b"").expect("embed-libs: writing a stand-in library");
+        }
     } else {
-        build_nested(&manifest, &out.join("abi-target"), &lib);
+        build_nested(&manifest, &out.join("abi-target"), &libs);
     }
-    println!("cargo::rustc-env=SOFTROCE_EMBEDDED_IBVERBS={}", lib.display());
+    println!("cargo::rustc-env=SOFTROCE_EMBEDDED_IBVERBS={}", libs[0].1.display());
+    println!("cargo::rustc-env=SOFTROCE_EMBEDDED_RDMACM={}", libs[1].1.display());
     println!("cargo::rustc-cfg=softroce_embedded_libs");
 }
 
-/// Builds the library with a nested cargo into `target` and copies it to `lib`.
-fn build_nested(manifest: &Path, target: &Path, lib: &Path) {
+/// Builds the libraries with a nested cargo into `target` and copies each (cargo's file name)
+/// to its path.
+fn build_nested(manifest: &Path, target: &Path, libs: &[(&str, PathBuf)]) {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--release", "-p", "softroce-ibverbs", "--manifest-path"])
+    cmd.args(["build", "--release", "-p", "softroce-ibverbs", "-p", "softroce-rdmacm", "--manifest-path"])
         .arg(manifest)
         .arg("--target-dir")
         .arg(target);
@@ -66,7 +80,9 @@ fn build_nested(manifest: &Path, target: &Path, lib: &Path) {
     }
     cmd.env(NESTED, "1");
     let status = cmd.status().expect("embed-libs: cannot run cargo for the nested build");
-    assert!(status.success(), "embed-libs: the nested build of abi/ibverbs failed ({status})");
-    let built = target.join("release/libibverbs.so");
-    std::fs::copy(&built, lib).unwrap_or_else(|e| panic!("embed-libs: copying {}: {e}", built.display()));
+    assert!(status.success(), "embed-libs: the nested build of abi/ibverbs and abi/rdmacm failed ({status})");
+    for (name, lib) in libs {
+        let built = target.join("release").join(name);
+        std::fs::copy(&built, lib).unwrap_or_else(|e| panic!("embed-libs: copying {}: {e}", built.display()));
+    }
 }

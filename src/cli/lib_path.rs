@@ -1,5 +1,5 @@
-//! `softroce lib-path`: the directory of softroce's drop-in `libibverbs.so.1`, so that
-//! unmodified ibverbs programs run on softroce:
+//! `softroce lib-path`: the directory of softroce's drop-in `libibverbs.so.1` and
+//! `librdmacm.so.1`, so that unmodified ibverbs and rdma_cm programs run on softroce:
 //!
 //! ```sh
 //! cargo build --release
@@ -11,7 +11,8 @@
 //! build script links `target/<profile>/softroce-lib/libibverbs.so.1 -> ../libibverbs.so` (the
 //! loader looks for the SONAME, `libibverbs.so.1`). `lib-path` prints that directory, creating
 //! the link if it is missing; without a built library beside it, it says how to build one and
-//! exits with the setup code.
+//! exits with the setup code. The `softroce-rdmacm` cdylib (`librdmacm.so`) gets its
+//! `librdmacm.so.1` link there the same way, when it is built.
 //!
 //! An installed binary (`cargo install --path . --features embed-libs`) has no build beside it:
 //! it carries the library in itself (see `build.rs`) and writes it, once, into
@@ -38,13 +39,16 @@ pub fn lib_dir(bin_dir: &Path) -> Result<PathBuf, CliError> {
         )));
     }
     let dir = bin_dir.join("softroce-lib");
-    let link = dir.join("libibverbs.so.1");
-    if !link.is_file() {
+    for (file, soname) in [("libibverbs.so", "libibverbs.so.1"), ("librdmacm.so", "librdmacm.so.1")] {
+        let link = dir.join(soname);
+        if link.is_file() || !bin_dir.join(file).is_file() {
+            continue;
+        }
         let made = std::fs::create_dir_all(&dir).and_then(|()| {
             if std::fs::symlink_metadata(&link).is_ok() {
                 std::fs::remove_file(&link)?;
             }
-            std::os::unix::fs::symlink("../libibverbs.so", &link)
+            std::os::unix::fs::symlink(format!("../{file}"), &link)
         });
         made.map_err(|e| CliError::setup(format!("cannot create {}: {e}", link.display())))?;
     }
@@ -54,7 +58,10 @@ pub fn lib_dir(bin_dir: &Path) -> Result<PathBuf, CliError> {
 /// The libraries this binary carries (file name as the loader looks for it, contents): built
 /// into it by `build.rs` with the `embed-libs` feature, none otherwise.
 #[cfg(softroce_embedded_libs)]
-const EMBEDDED: &[(&str, &[u8])] = &[("libibverbs.so.1", include_bytes!(env!("SOFTROCE_EMBEDDED_IBVERBS")))];
+const EMBEDDED: &[(&str, &[u8])] = &[
+    ("libibverbs.so.1", include_bytes!(env!("SOFTROCE_EMBEDDED_IBVERBS"))),
+    ("librdmacm.so.1", include_bytes!(env!("SOFTROCE_EMBEDDED_RDMACM"))),
+];
 #[cfg(not(softroce_embedded_libs))]
 const EMBEDDED: &[(&str, &[u8])] = &[];
 

@@ -102,7 +102,9 @@ macro_rules! exports {
 }
 
 #[cfg_attr(test, allow(unused_imports))]
-use crate::{ah, compat, context, cq, device, kern, misc, pd, private, private34, qp, srq, stubs, sysfs};
+use crate::{
+    ah, compat, context, cq, device, kern, misc, pd, private, private34, qp, rdmacm, srq, stubs, sysfs,
+};
 
 exports! {
     // Devices, contexts, ports, GIDs, strings, fork: implemented.
@@ -294,4 +296,73 @@ exports! {
     default "ibv_cmd_resize_cq"                  "IBVERBS_PRIVATE_34"   => private34::ibv_cmd_resize_cq;
     // softroce's interface for its own librdmacm.so.1 (private.rs).
     default "softroce_private_version"           "SOFTROCE_PRIVATE_1"   => private::softroce_private_version;
+    // librdmacm (rdmacm/): what softroce's librdmacm.so.1 forwards each of its exports to.
+    default "softroce_raccept"                   "SOFTROCE_PRIVATE_1"   => rdmacm::raccept;
+    default "softroce_rbind"                     "SOFTROCE_PRIVATE_1"   => rdmacm::rbind;
+    default "softroce_rclose"                    "SOFTROCE_PRIVATE_1"   => rdmacm::rclose;
+    default "softroce_rconnect"                  "SOFTROCE_PRIVATE_1"   => rdmacm::rconnect;
+    default "softroce_rdma_accept"               "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_accept;
+    default "softroce_rdma_ack_cm_event"         "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_ack_cm_event;
+    default "softroce_rdma_bind_addr"            "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_bind_addr;
+    default "softroce_rdma_connect"              "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_connect;
+    default "softroce_rdma_create_ep"            "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_create_ep;
+    default "softroce_rdma_create_event_channel" "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_create_event_channel;
+    default "softroce_rdma_create_id"            "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_create_id;
+    default "softroce_rdma_create_qp"            "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_create_qp;
+    default "softroce_rdma_create_qp_ex"         "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_create_qp_ex;
+    default "softroce_rdma_create_srq"           "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_create_srq;
+    default "softroce_rdma_create_srq_ex"        "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_create_srq_ex;
+    default "softroce_rdma_destroy_ep"           "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_destroy_ep;
+    default "softroce_rdma_destroy_event_channel" "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_destroy_event_channel;
+    default "softroce_rdma_destroy_id"           "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_destroy_id;
+    default "softroce_rdma_destroy_qp"           "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_destroy_qp;
+    default "softroce_rdma_destroy_srq"          "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_destroy_srq;
+    default "softroce_rdma_disconnect"           "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_disconnect;
+    default "softroce_rdma_establish"            "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_establish;
+    default "softroce_rdma_event_str"            "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_event_str;
+    default "softroce_rdma_free_devices"         "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_free_devices;
+    default "softroce_rdma_freeaddrinfo"         "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_freeaddrinfo;
+    default "softroce_rdma_get_cm_event"         "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_get_cm_event;
+    default "softroce_rdma_get_devices"          "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_get_devices;
+    default "softroce_rdma_get_dst_port"         "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_get_dst_port;
+    default "softroce_rdma_get_remote_ece"       "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_get_remote_ece;
+    default "softroce_rdma_get_request"          "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_get_request;
+    default "softroce_rdma_get_src_port"         "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_get_src_port;
+    default "softroce_rdma_getaddrinfo"          "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_getaddrinfo;
+    default "softroce_rdma_init_qp_attr"         "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_init_qp_attr;
+    default "softroce_rdma_join_multicast"       "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_join_multicast;
+    default "softroce_rdma_join_multicast_ex"    "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_join_multicast_ex;
+    default "softroce_rdma_leave_multicast"      "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_leave_multicast;
+    default "softroce_rdma_listen"               "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_listen;
+    default "softroce_rdma_migrate_id"           "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_migrate_id;
+    default "softroce_rdma_notify"               "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_notify;
+    default "softroce_rdma_reject"               "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_reject;
+    default "softroce_rdma_reject_ece"           "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_reject_ece;
+    default "softroce_rdma_resolve_addr"         "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_resolve_addr;
+    default "softroce_rdma_resolve_route"        "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_resolve_route;
+    default "softroce_rdma_set_local_ece"        "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_set_local_ece;
+    default "softroce_rdma_set_option"           "SOFTROCE_PRIVATE_1"   => rdmacm::rdma_set_option;
+    default "softroce_rfcntl"                    "SOFTROCE_PRIVATE_1"   => rdmacm::rfcntl;
+    default "softroce_rgetpeername"              "SOFTROCE_PRIVATE_1"   => rdmacm::rgetpeername;
+    default "softroce_rgetsockname"              "SOFTROCE_PRIVATE_1"   => rdmacm::rgetsockname;
+    default "softroce_rgetsockopt"               "SOFTROCE_PRIVATE_1"   => rdmacm::rgetsockopt;
+    default "softroce_riomap"                    "SOFTROCE_PRIVATE_1"   => rdmacm::riomap;
+    default "softroce_riounmap"                  "SOFTROCE_PRIVATE_1"   => rdmacm::riounmap;
+    default "softroce_riowrite"                  "SOFTROCE_PRIVATE_1"   => rdmacm::riowrite;
+    default "softroce_rlisten"                   "SOFTROCE_PRIVATE_1"   => rdmacm::rlisten;
+    default "softroce_rpoll"                     "SOFTROCE_PRIVATE_1"   => rdmacm::rpoll;
+    default "softroce_rread"                     "SOFTROCE_PRIVATE_1"   => rdmacm::rread;
+    default "softroce_rreadv"                    "SOFTROCE_PRIVATE_1"   => rdmacm::rreadv;
+    default "softroce_rrecv"                     "SOFTROCE_PRIVATE_1"   => rdmacm::rrecv;
+    default "softroce_rrecvfrom"                 "SOFTROCE_PRIVATE_1"   => rdmacm::rrecvfrom;
+    default "softroce_rrecvmsg"                  "SOFTROCE_PRIVATE_1"   => rdmacm::rrecvmsg;
+    default "softroce_rselect"                   "SOFTROCE_PRIVATE_1"   => rdmacm::rselect;
+    default "softroce_rsend"                     "SOFTROCE_PRIVATE_1"   => rdmacm::rsend;
+    default "softroce_rsendmsg"                  "SOFTROCE_PRIVATE_1"   => rdmacm::rsendmsg;
+    default "softroce_rsendto"                   "SOFTROCE_PRIVATE_1"   => rdmacm::rsendto;
+    default "softroce_rsetsockopt"               "SOFTROCE_PRIVATE_1"   => rdmacm::rsetsockopt;
+    default "softroce_rshutdown"                 "SOFTROCE_PRIVATE_1"   => rdmacm::rshutdown;
+    default "softroce_rsocket"                   "SOFTROCE_PRIVATE_1"   => rdmacm::rsocket;
+    default "softroce_rwrite"                    "SOFTROCE_PRIVATE_1"   => rdmacm::rwrite;
+    default "softroce_rwritev"                   "SOFTROCE_PRIVATE_1"   => rdmacm::rwritev;
 }

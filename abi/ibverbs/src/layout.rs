@@ -6,6 +6,7 @@
 
 use crate::ffi::*;
 use crate::kern::*;
+use crate::rdmacm::ffi::*;
 
 /// One field: the Rust type and path, the C member path, and where it sits.
 #[derive(Debug, Clone, Copy)]
@@ -216,12 +217,53 @@ layout! {
         numb_path, pkey, sl, mtu_selector, mtu, rate_selector, rate, packet_life_time_selector,
         packet_life_time, preference,
     }
+    rdma_event_channel { fd }
+    rdma_ib_addr { sgid, dgid, pkey }
+    rdma_addr { src_storage, dst_storage, ibaddr => "addr.ibaddr" }
+    rdma_route { addr, addr.dst_storage, path_rec, num_paths }
+    rdma_cm_id {
+        verbs, channel, context, qp, route, route.addr.src_storage, route.addr.dst_storage,
+        route.addr.ibaddr => "route.addr.addr.ibaddr", route.path_rec, route.num_paths, ps,
+        port_num, event, send_cq_channel, send_cq, recv_cq_channel, recv_cq, srq, pd, qp_type,
+    }
+    rdma_conn_param {
+        private_data, private_data_len, responder_resources, initiator_depth, flow_control,
+        retry_count, rnr_retry_count, srq, qp_num,
+    }
+    rdma_ud_param { private_data, private_data_len, ah_attr, qp_num, qkey }
+    rdma_cm_event {
+        id, listen_id, event, status, param, param.conn.private_data,
+        param.conn.private_data_len, param.conn.qp_num, param.ud.private_data,
+        param.ud.private_data_len, param.ud.ah_attr, param.ud.qp_num, param.ud.qkey,
+    }
+    rdma_addrinfo {
+        ai_flags, ai_family, ai_qp_type, ai_port_space, ai_src_len, ai_dst_len, ai_src_addr,
+        ai_dst_addr, ai_src_canonname, ai_dst_canonname, ai_route_len, ai_route, ai_connect_len,
+        ai_connect, ai_next,
+    }
 }
 
 /// Constants whose values come from the header: `(name, value here)`.
 pub fn constants() -> Vec<(&'static str, i64)> {
     vec![
         ("IBV_NODE_CA", IBV_NODE_CA as i64),
+        ("RDMA_PS_IPOIB", i64::from(RDMA_PS_IPOIB)),
+        ("RDMA_PS_TCP", i64::from(RDMA_PS_TCP)),
+        ("RDMA_PS_UDP", i64::from(RDMA_PS_UDP)),
+        ("RDMA_PS_IB", i64::from(RDMA_PS_IB)),
+        ("RAI_PASSIVE", i64::from(RAI_PASSIVE)),
+        ("RAI_NUMERICHOST", i64::from(RAI_NUMERICHOST)),
+        ("RAI_NOROUTE", i64::from(RAI_NOROUTE)),
+        ("RAI_FAMILY", i64::from(RAI_FAMILY)),
+        ("RDMA_OPTION_ID", i64::from(RDMA_OPTION_ID)),
+        ("RDMA_OPTION_IB", i64::from(RDMA_OPTION_IB)),
+        ("RDMA_OPTION_ID_TOS", i64::from(RDMA_OPTION_ID_TOS)),
+        ("RDMA_OPTION_ID_REUSEADDR", i64::from(RDMA_OPTION_ID_REUSEADDR)),
+        ("RDMA_OPTION_ID_AFONLY", i64::from(RDMA_OPTION_ID_AFONLY)),
+        ("RDMA_OPTION_ID_ACK_TIMEOUT", i64::from(RDMA_OPTION_ID_ACK_TIMEOUT)),
+        ("RDMA_OPTION_IB_PATH", i64::from(RDMA_OPTION_IB_PATH)),
+        ("RDMA_CM_EVENT_ESTABLISHED", 9),
+        ("RDMA_CM_EVENT_TIMEWAIT_EXIT", 15),
         ("IBV_TRANSPORT_IB", IBV_TRANSPORT_IB as i64),
         ("IBV_PORT_NOP", IBV_PORT_NOP as i64),
         ("IBV_PORT_DOWN", IBV_PORT_DOWN as i64),
@@ -281,7 +323,7 @@ pub fn constants() -> Vec<(&'static str, i64)> {
 pub fn c_program() -> String {
     let mut c = String::from(
         "#include <stdio.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <infiniband/verbs.h>\n\
-         #include <infiniband/sa.h>\n#include <rdma/ib_user_verbs.h>\n#include <rdma/ib_user_sa.h>\n\
+         #include <infiniband/sa.h>\n#include <rdma/rdma_cma.h>\n#include <rdma/ib_user_verbs.h>\n#include <rdma/ib_user_sa.h>\n\
          #define F(T, N, f) printf(\"F %s %s %zu %zu\\n\", #N, #f, offsetof(T, f), sizeof(((T *)0)->f));\n\
          int main(void) {\n",
     );

@@ -48,6 +48,7 @@ pub mod pd;
 pub mod private;
 pub mod private34;
 pub mod qp;
+pub mod rdmacm;
 pub mod runtime;
 pub mod srq;
 pub mod stubs;

@@ -6,10 +6,13 @@
 //! to the other (Rust statics are per cdylib). It has `DT_NEEDED libibverbs.so.1`, opens its
 //! one shared context per device with the public `ibv_open_device`, and reaches everything
 //! else of this runtime through functions exported under this node (bound by version, so a
-//! mismatched pair fails at load time rather than misbehaving). Planned, by need: the
-//! address → device/GID lookup, QP1 (GSI) send/receive for CM MADs, "move this QP to RTR/RTS
-//! with this path" (what the kernel's `INIT_QP_ATTR` gives), and an "id owns this context"
-//! hook. The node exists now so that both libraries are built against a fixed name.
+//! mismatched pair fails at load time rather than misbehaving).
+//!
+//! What the node holds: every librdmacm function, as `softroce_<name>` (implemented in
+//! [`crate::rdmacm`]), which `abi/rdmacm`'s trampolines jump to, plus
+//! [`softroce_private_version`]. The RDMA CM itself (address → device, the IB CM on QP1, QP
+//! transitions) is softroce's Rust CM inside this library, so nothing lower-level needs to
+//! cross.
 
 /// The version of the private interface (1); librdmacm checks it at start.
 pub extern "C" fn softroce_private_version() -> u32 {

@@ -26,7 +26,7 @@ const QP_MAGIC: u64 = 0x736f_6674_5f71_7000;
 /// The Rust side of a QP.
 pub struct Qp {
     /// The softroce queue pair.
-    pub qp: QueuePair,
+    pub qp: std::sync::Arc<QueuePair>,
     sq_sig_all: bool,
     cap: ibv_qp_cap,
     /// The work requests built since `wr_start` (the new post API).
@@ -159,7 +159,12 @@ pub(crate) fn create(
         c.wr_set_inline_data_list = Some(wr_set_inline_data_list);
         c.wr_set_ud_addr = Some(wr_set_ud_addr);
     }
-    let rust = Qp { qp, sq_sig_all: a.sq_sig_all != 0, cap: out_cap, batch: Mutex::new(Batch::default()) };
+    let rust = Qp {
+        qp: std::sync::Arc::new(qp),
+        sq_sig_all: a.sq_sig_all != 0,
+        cap: out_cap,
+        batch: Mutex::new(Batch::default()),
+    };
     let o = Obj::into_c(c, QP_MAGIC, rust);
     // SAFETY: o is a fresh, boxed (pinned) QP; its pthread objects are initialised in place.
     unsafe {
@@ -251,7 +256,7 @@ fn state_of(s: u32) -> Result<QpState, Errno> {
     })
 }
 
-fn ibv_state(s: QpState) -> u32 {
+pub(crate) fn ibv_state(s: QpState) -> u32 {
     match s {
         QpState::Reset => 0,
         QpState::Init => 1,

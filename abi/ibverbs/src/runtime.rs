@@ -167,7 +167,25 @@ impl SrDevice {
             // A runtime the parent made before fork(): never drop it here.
             std::mem::forget(rt);
         }
-        let rt = Arc::new(DevRt::new(self)?);
+        let rt = Arc::new(DevRt::new(self, None)?);
+        *slot = Arc::downgrade(&rt);
+        Ok(rt)
+    }
+
+    /// The runtime of this device in this process; if none exists yet and this is a loopback
+    /// device, made on loopback address `ip` exactly (librdmacm binding to 127.x.y.z: the
+    /// loopback device takes that address rather than the first free one).
+    pub fn runtime_on(&'static self, ip: IpAddr) -> Result<Arc<DevRt>, Errno> {
+        let mut slot = self.runtime.lock();
+        let pid = std::process::id();
+        if let Some(rt) = slot.upgrade() {
+            if rt.pid == pid {
+                return Ok(rt);
+            }
+            std::mem::forget(rt);
+        }
+        let at = (self.auto_loopback && ip.is_loopback()).then_some(ip);
+        let rt = Arc::new(DevRt::new(self, at)?);
         *slot = Arc::downgrade(&rt);
         Ok(rt)
     }
@@ -235,9 +253,18 @@ pub struct DevRt {
 }
 
 impl DevRt {
-    fn new(dev: &'static SrDevice) -> Result<DevRt, Errno> {
+    fn new(dev: &'static SrDevice, at: Option<IpAddr>) -> Result<DevRt, Errno> {
         let (address, reservation) = if dev.auto_loopback {
-            let (ip, sock) = claim_loopback()?;
+            let (ip, sock) = match at {
+                Some(ip) => {
+                    let s = UdpSocket::bind((ip, softroce::verbs::device::ROCE_PORT)).map_err(|e| {
+                        warn(&format!("{ip}: UDP port {} is taken: {e}", softroce::verbs::device::ROCE_PORT));
+                        libc::EADDRINUSE
+                    })?;
+                    (ip, s)
+                }
+                None => claim_loopback()?,
+            };
             (ip.to_string(), Some(sock))
         } else {
             (dev.spec.address.clone(), None)

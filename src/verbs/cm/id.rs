@@ -215,6 +215,10 @@ impl CmIdRef {
     pub fn is(&self, id: &CmId) -> bool {
         Arc::ptr_eq(&self.0, &id.inner)
     }
+    /// The id's serial number ([`CmId::serial`]).
+    pub fn serial(&self) -> u64 {
+        self.0.serial
+    }
 }
 
 /// An rdma_cm id (`struct rdma_cm_id`): RC in the TCP port space, UD in the UDP port space.
@@ -299,6 +303,15 @@ impl CmId {
     /// Q_Key and address vector, as the event carried them. `None` before, and on RC ids.
     pub fn ud_peer(&self) -> Option<UdEventParam> {
         self.inner.st.lock().ud_peer.clone()
+    }
+    /// A number unique to this id in the process, the same in the [`CmIdRef`] of its events
+    /// (so that a C library can find its own object for an event's id).
+    pub fn serial(&self) -> u64 {
+        self.inner.serial
+    }
+    /// Whether the id is synchronous (created without a channel).
+    pub fn is_sync(&self) -> bool {
+        self.inner.sync
     }
 
     /// The IB CM connection of the id.
@@ -527,6 +540,38 @@ impl CmId {
         self.inner.st.lock().qp = Some(qp.clone());
         self.qp = Some(qp);
         Ok(self.qp.as_deref().expect("just set"))
+    }
+
+    /// `rdma_create_qp` with a QP made elsewhere (by a C library over the same device): moves
+    /// it to INIT, as [`CmId::create_qp`] does, and makes it the id's QP, which `connect` and
+    /// `accept` then take to RTR and RTS.
+    pub fn attach_qp(&mut self, qp: Arc<QueuePair>) -> Result<()> {
+        let dev =
+            self.dev.as_ref().ok_or(Error::InvalidArgument("resolve or bind the id to a device first"))?;
+        if self.qp.is_some() {
+            return Err(Error::InvalidArgument("the id already has a QP"));
+        }
+        if !qp.device().same(dev) {
+            return Err(Error::InvalidArgument("the QP is on another device"));
+        }
+        if qp.qp_type() != QpType::Rc {
+            return Err(Error::NotSupported("rdma_cm ids of QP types other than RC"));
+        }
+        if qp.state() == QpState::Reset {
+            qp.modify(&QpAttrs::init(
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+            ))?;
+        }
+        self.inner.st.lock().qp = Some(qp.clone());
+        self.qp = Some(qp);
+        Ok(())
+    }
+
+    /// `rdma_destroy_qp`: the id lets go of its QP (which is destroyed when its last holder
+    /// drops it).
+    pub fn detach_qp(&mut self) -> Option<Arc<QueuePair>> {
+        self.inner.st.lock().qp = None;
+        self.qp.take()
     }
 
     fn caps(&self) -> DeviceCaps {

@@ -1,0 +1,1567 @@
+//! librdmacm, inside libibverbs: the functions softroce's `librdmacm.so.1` forwards to
+//! (exported here as `softroce_<name>@SOFTROCE_PRIVATE_1`, see [`crate::private`]).
+//!
+//! They live in this library because they need its objects: the id's `verbs` context, its
+//! `pd`, `qp`, CQs and completion channels are ordinary objects of this libibverbs (the
+//! `<rdma/rdma_verbs.h>` inlines call `ibv_post_send`, `ibv_get_cq_event`, … through them),
+//! and the connection logic is softroce's RDMA CM ([`softroce::verbs::cm`]) on the devices of
+//! this library's runtime — one device table and one engine per device for both libraries.
+//!
+//! # Objects
+//!
+//! * An event channel is an `Obj<rdma_event_channel, Chan>` holding a softroce
+//!   [`EventChannel`]; its `fd` is the channel's descriptor, readable while an event waits
+//!   (so `poll`, `O_NONBLOCK` + `EAGAIN` work as with the kernel's `rdma_cm` file).
+//! * An id is an `Obj<rdma_cm_id, Id>` holding a softroce [`CmId`]. After each call (and
+//!   before an event about it is handed out) its C fields — `verbs`, the addresses, `port_num`
+//!   — are refreshed from the Rust id.
+//! * An event is an `Obj<rdma_cm_event, Event>` holding the softroce event (acknowledged when
+//!   `rdma_ack_cm_event` drops it) and the private data the C event points to.
+//!
+//! # Devices
+//!
+//! The RDMA CM opens devices through this library's device table
+//! ([`softroce::verbs::cm::registry::set_device_opener`]): binding to an address starts the
+//! listed device that serves it (the loopback device takes that very 127.x.y.z address), and
+//! a wildcard listener or a route lookup starts every listed device — with the kernel, every
+//! RDMA device is always up. Each device gets one context for the process's lifetime
+//! (`id->verbs`, `rdma_get_devices`), and one default PD (`id->pd` when the application gives
+//! none), as librdmacm's own.
+
+pub mod ffi;
+mod rsocket;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use libc::{c_char, c_int, c_void, sockaddr};
+use parking_lot::{Condvar, Mutex};
+use softroce::verbs::Device;
+use softroce::verbs::cm::{CmEvent, CmId, ConnParam, EventChannel, EventParam, PortSpace};
+
+use crate::ffi::*;
+use crate::object::Obj;
+use crate::qp::qp_of;
+use crate::runtime::{SrDevice, devices};
+use crate::util::{Errno, guard, set_errno, zero_or_minus1};
+use ffi::*;
+
+pub use rsocket::*;
+
+const CHAN_MAGIC: u64 = 0x736f_6674_636d_6368;
+const ID_MAGIC: u64 = 0x736f_6674_636d_6964;
+const EVENT_MAGIC: u64 = 0x736f_6674_636d_6576;
+
+const IBV_QPT_RC: u32 = 2;
+const IBV_QPT_UD: u32 = 4;
+
+/// The Rust side of an event channel.
+pub struct Chan {
+    ch: EventChannel,
+}
+
+/// The Rust side of an id.
+pub struct Id {
+    st: Mutex<IdSt>,
+    /// Events handed out about this id and not yet acknowledged.
+    unacked: Mutex<u32>,
+    acked: Condvar,
+}
+
+struct IdSt {
+    cm: Option<CmId>,
+    /// `rdma_create_qp` made the CQs and their channels (destroyed with the QP).
+    owns_cqs: bool,
+    /// `rdma_create_ep` on a passive id: the QP every new connection gets.
+    ep_attr: Option<(ibv_qp_init_attr, *mut ibv_pd)>,
+}
+
+/// The Rust side of an event.
+pub struct Event {
+    ev: Option<CmEvent>,
+    private_data: Vec<u8>,
+    /// The id whose count of unacknowledged events this event is in.
+    counted: *mut rdma_cm_id,
+}
+
+type ChanObj = Obj<rdma_event_channel, Chan>;
+type IdObj = Obj<rdma_cm_id, Id>;
+type EventObj = Obj<rdma_cm_event, Event>;
+
+/// The ids alive, by their Rust serial number (to find an event's id).
+static IDS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
+
+fn register_id(serial: u64, p: *mut rdma_cm_id) {
+    IDS.lock().get_or_insert_with(HashMap::new).insert(serial, p as usize);
+}
+
+fn lookup_id(serial: u64) -> Option<*mut rdma_cm_id> {
+    IDS.lock().as_ref().and_then(|m| m.get(&serial)).map(|p| *p as *mut rdma_cm_id)
+}
+
+/// # Safety
+/// `p` is NULL or an `rdma_cm_id *`.
+unsafe fn id_of<'a>(p: *const rdma_cm_id) -> Option<&'a IdObj> {
+    // SAFETY: per the caller; every id of ours is an IdObj.
+    unsafe { Obj::from_c(p, ID_MAGIC) }
+}
+
+fn cm_errno(e: &softroce::verbs::cm::Error) -> Errno {
+    e.errno()
+}
+
+// ---------------------------------------------------------------------------------------
+// Devices and contexts
+// ---------------------------------------------------------------------------------------
+
+/// One context per listed device, for the process's lifetime (`id->verbs`).
+static CONTEXTS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+/// One default PD per context.
+static PDS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// The shared context of a listed device (opened once).
+fn context_of(sr: &'static SrDevice) -> Result<*mut ibv_context, Errno> {
+    let mut g = CONTEXTS.lock();
+    if let Some((_, c)) = g.iter().find(|(i, _)| *i == sr.index) {
+        return Ok(*c as *mut ibv_context);
+    }
+    // SAFETY: a device of our list.
+    let c = unsafe { crate::context::ibv_open_device(sr.as_ibv()) };
+    if c.is_null() {
+        return Err(crate::util::errno());
+    }
+    g.push((sr.index, c as usize));
+    Ok(c)
+}
+
+/// The listed device a softroce device (of this runtime) is.
+fn listed(dev: &Device) -> Option<&'static SrDevice> {
+    devices()
+        .iter()
+        .copied()
+        .find(|sr| sr.current_runtime().and_then(|rt| rt.started()).is_some_and(|d| d.same(dev)))
+}
+
+/// The context for a softroce device of this runtime.
+fn context_for(dev: &Device) -> Result<*mut ibv_context, Errno> {
+    context_of(listed(dev).ok_or(libc::ENODEV)?)
+}
+
+/// The default PD of a context (librdmacm's per-device PD).
+fn default_pd(ctx: *mut ibv_context) -> Result<*mut ibv_pd, Errno> {
+    let mut g = PDS.lock();
+    if let Some((_, p)) = g.iter().find(|(c, _)| *c == ctx as usize) {
+        return Ok(*p as *mut ibv_pd);
+    }
+    // SAFETY: a context of ours.
+    let p = unsafe { crate::pd::ibv_alloc_pd(ctx) };
+    if p.is_null() {
+        return Err(crate::util::errno());
+    }
+    g.push((ctx as usize, p as usize));
+    Ok(p)
+}
+
+fn io_err(e: Errno) -> softroce::verbs::Error {
+    softroce::verbs::Error::Io(std::io::Error::from_raw_os_error(e))
+}
+
+/// Starts a listed device (its context held for the process) and returns its engine.
+fn start(sr: &'static SrDevice, at: Option<IpAddr>) -> Result<Device, Errno> {
+    let rt = match at {
+        Some(ip) => sr.runtime_on(ip)?,
+        None => sr.runtime()?,
+    };
+    context_of(sr)?;
+    rt.device()
+}
+
+/// The RDMA CM's device opener: the listed device serving local address `ip`.
+fn open_for(ip: IpAddr) -> softroce::verbs::Result<Device> {
+    for &sr in devices() {
+        if let Some(rt) = sr.current_runtime() {
+            if rt.info.addresses.contains(&ip) {
+                return start(sr, None).map_err(io_err);
+            }
+            continue;
+        }
+        let loopback_any = sr.auto_loopback && matches!(ip, IpAddr::V4(v4) if v4.is_loopback());
+        if loopback_any {
+            return start(sr, Some(ip)).map_err(io_err);
+        }
+        // A fixed address or interface: whether it serves `ip` is known once it is made.
+        let Ok(rt) = sr.runtime() else { continue };
+        if rt.info.addresses.contains(&ip) {
+            return start(sr, None).map_err(io_err);
+        }
+    }
+    Err(softroce::verbs::Error::NoSuchAddress(ip))
+}
+
+/// Starts every listed device (errors are left to the device's own warning).
+fn start_all() {
+    for &sr in devices() {
+        let _ = start(sr, None);
+    }
+}
+
+fn init() {
+    static INIT: OnceLock<()> = OnceLock::new();
+    INIT.get_or_init(|| {
+        softroce::verbs::cm::registry::set_device_opener(Some(Arc::new(open_for)));
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Addresses
+// ---------------------------------------------------------------------------------------
+
+/// A `sockaddr` (AF_INET or AF_INET6) as a Rust address.
+///
+/// # Safety
+/// `p` is NULL or points to a sockaddr as large as its family says.
+unsafe fn sockaddr_to(p: *const sockaddr) -> Result<Option<SocketAddr>, Errno> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: per the caller.
+    match unsafe { (*p).sa_family } as c_int {
+        libc::AF_INET => {
+            // SAFETY: an AF_INET sockaddr is a sockaddr_in.
+            let s = unsafe { &*p.cast::<libc::sockaddr_in>() };
+            let ip = Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr));
+            Ok(Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(s.sin_port)))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: an AF_INET6 sockaddr is a sockaddr_in6.
+            let s = unsafe { &*p.cast::<libc::sockaddr_in6>() };
+            let ip = Ipv6Addr::from(s.sin6_addr.s6_addr);
+            Ok(Some(SocketAddr::V6(SocketAddrV6::new(
+                ip,
+                u16::from_be(s.sin6_port),
+                s.sin6_flowinfo,
+                s.sin6_scope_id,
+            ))))
+        }
+        _ => Err(libc::EAFNOSUPPORT),
+    }
+}
+
+/// Writes `a` into a `sockaddr_storage`; its length.
+fn write_sockaddr(dst: &mut libc::sockaddr_storage, a: Option<SocketAddr>) -> libc::socklen_t {
+    // SAFETY: sockaddr_storage is plain data: all-zero is valid.
+    *dst = unsafe { std::mem::zeroed() };
+    match a {
+        None => 0,
+        Some(SocketAddr::V4(v4)) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for a sockaddr_in.
+            let s = unsafe { &mut *(dst as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            s.sin_family = libc::AF_INET as libc::sa_family_t;
+            s.sin_port = v4.port().to_be();
+            s.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        Some(SocketAddr::V6(v6)) => {
+            // SAFETY: as above, for a sockaddr_in6.
+            let s = unsafe { &mut *(dst as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            s.sin6_port = v6.port().to_be();
+            s.sin6_addr.s6_addr = v6.ip().octets();
+            s.sin6_flowinfo = v6.flowinfo();
+            s.sin6_scope_id = v6.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+fn gid_of(ip: Option<SocketAddr>) -> ibv_gid {
+    ibv_gid { raw: ip.map_or([0; 16], |a| softroce::wire::cma::ip_to_gid(a.ip())) }
+}
+
+/// Copies the Rust id's state into its C fields (`verbs`, addresses, GIDs, port, QP state).
+fn refresh(c: *mut rdma_cm_id, cm: &CmId) {
+    let verbs = cm.device().and_then(|d| context_for(d).ok()).unwrap_or(std::ptr::null_mut());
+    let (src, dst) = (cm.src_addr(), cm.dst_addr());
+    // SAFETY: `c` is a live id of ours; the application does not write these fields.
+    unsafe {
+        (*c).verbs = verbs;
+        (*c).port_num = u8::from(!verbs.is_null());
+        write_sockaddr(&mut (*c).route.addr.src_storage, src);
+        write_sockaddr(&mut (*c).route.addr.dst_storage, dst);
+        (*c).route.addr.ibaddr.sgid = gid_of(src);
+        (*c).route.addr.ibaddr.dgid = gid_of(dst);
+        (*c).route.addr.ibaddr.pkey = 0xffff_u16.to_be();
+        sync_qp_state(c, cm);
+    }
+}
+
+/// The C QP's `state` field, from the softroce QP's.
+///
+/// # Safety
+/// `c` is a live id of ours.
+unsafe fn sync_qp_state(c: *mut rdma_cm_id, cm: &CmId) {
+    // SAFETY: per the caller.
+    let qp = unsafe { (*c).qp };
+    if let (Some(q), false) = (cm.qp(), qp.is_null()) {
+        // SAFETY: the id's QP is a live QP of ours.
+        unsafe { (*qp).state = crate::qp::ibv_state(q.state()) };
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Event channels
+// ---------------------------------------------------------------------------------------
+
+/// `rdma_create_event_channel`: NULL + errno on failure.
+pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
+    crate::util::ptr_or_errno(|| {
+        init();
+        let ch = EventChannel::new().map_err(|e| cm_errno(&e))?;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&ch);
+        Ok(Obj::into_c(rdma_event_channel { fd }, CHAN_MAGIC, Chan { ch }))
+    })
+}
+
+/// `rdma_destroy_event_channel`.
+///
+/// # Safety
+/// `ch` is NULL or a channel of ours, not used again.
+pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
+    // SAFETY: per the caller.
+    guard((), || drop(unsafe { ChanObj::take(ch, CHAN_MAGIC) }));
+}
+
+// ---------------------------------------------------------------------------------------
+// Ids
+// ---------------------------------------------------------------------------------------
+
+fn port_space(ps: u32) -> Result<PortSpace, Errno> {
+    match ps {
+        RDMA_PS_TCP => Ok(PortSpace::Tcp),
+        RDMA_PS_UDP => Ok(PortSpace::Udp),
+        RDMA_PS_IB => Ok(PortSpace::Ib),
+        RDMA_PS_IPOIB => Ok(PortSpace::Ipoib),
+        _ => Err(libc::EINVAL),
+    }
+}
+
+/// Makes the C id for a Rust id.
+fn new_id(cm: CmId, channel: *mut rdma_event_channel, context: *mut c_void, ps: u32) -> *mut rdma_cm_id {
+    // SAFETY: rdma_cm_id holds integers and raw pointers: all-zero is valid.
+    let mut c: rdma_cm_id = unsafe { std::mem::zeroed() };
+    c.channel = channel;
+    c.context = context;
+    c.ps = ps;
+    c.qp_type = if ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB { IBV_QPT_UD } else { IBV_QPT_RC };
+    let serial = cm.serial();
+    let id = Id {
+        st: Mutex::new(IdSt { cm: Some(cm), owns_cqs: false, ep_attr: None }),
+        unacked: Mutex::new(0),
+        acked: Condvar::new(),
+    };
+    let p = Obj::into_c(c, ID_MAGIC, id);
+    register_id(serial, p);
+    // SAFETY: fresh id.
+    let o = unsafe { id_of(p) }.expect("fresh id");
+    if let Some(cm) = &o.rust.st.lock().cm {
+        refresh(p, cm);
+    }
+    p
+}
+
+/// `rdma_create_id`: 0, or -1 + errno (`EINVAL` for an unknown port space or a channel not
+/// ours; `EPROTONOSUPPORT` for a port space softroce lacks). Without a channel the id is
+/// synchronous.
+///
+/// # Safety
+/// `id` is writable; `channel` NULL or a channel of ours.
+pub unsafe extern "C" fn rdma_create_id(
+    channel: *mut rdma_event_channel,
+    id: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: u32,
+) -> c_int {
+    zero_or_minus1(|| {
+        init();
+        if id.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let psp = port_space(ps)?;
+        let ch = if channel.is_null() {
+            None
+        } else {
+            // SAFETY: per the caller.
+            Some(unsafe { ChanObj::from_c(channel, CHAN_MAGIC) }.ok_or(libc::EINVAL)?)
+        };
+        let cm = CmId::new(ch.map(|c| &c.rust.ch), psp).map_err(|e| cm_errno(&e))?;
+        let p = new_id(cm, channel, context, ps);
+        // SAFETY: per the caller.
+        unsafe { *id = p };
+        Ok(())
+    })
+}
+
+/// Runs `f` on the id's Rust side, then refreshes its C fields.
+fn with_id(id: *mut rdma_cm_id, f: impl FnOnce(&mut IdSt, &mut CmId) -> Result<(), Errno>) -> c_int {
+    zero_or_minus1(|| {
+        // SAFETY: the caller's id (NULL or foreign is refused by the magic).
+        let o = unsafe { id_of(id) }.ok_or(libc::EINVAL)?;
+        let mut st = o.rust.st.lock();
+        let mut cm = st.cm.take().ok_or(libc::EINVAL)?;
+        let r = f(&mut st, &mut cm);
+        refresh(id, &cm);
+        st.cm = Some(cm);
+        r
+    })
+}
+
+/// `rdma_destroy_id`: waits until every event about the id has been acknowledged, then
+/// destroys it (an unanswered request is rejected, a connection disconnected).
+///
+/// # Safety
+/// `id` is NULL or an id of ours, not used again.
+pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+    zero_or_minus1(|| {
+        // SAFETY: per the caller.
+        let o = unsafe { id_of(id) }.ok_or(libc::EINVAL)?;
+        {
+            let mut n = o.rust.unacked.lock();
+            while *n > 0 {
+                o.rust.acked.wait(&mut n);
+            }
+        }
+        let cm = {
+            let mut st = o.rust.st.lock();
+            if st.owns_cqs {
+                // SAFETY: the id is ours and going away.
+                unsafe { destroy_cqs(id) };
+                st.owns_cqs = false;
+            }
+            st.cm.take()
+        };
+        if let (Some(cm), Some(m)) = (&cm, IDS.lock().as_mut()) {
+            m.remove(&cm.serial());
+        }
+        drop(cm);
+        // SAFETY: per the caller.
+        drop(unsafe { IdObj::take(id, ID_MAGIC) });
+        Ok(())
+    })
+}
+
+/// `rdma_bind_addr`.
+///
+/// # Safety
+/// `id` is an id of ours; `addr` a readable sockaddr.
+pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
+    with_id(id, |_, cm| {
+        // SAFETY: per the caller.
+        let a = unsafe { sockaddr_to(addr) }?.ok_or(libc::EINVAL)?;
+        cm.bind_addr(a).map_err(|e| cm_errno(&e))
+    })
+}
+
+fn timeout(ms: c_int) -> Duration {
+    Duration::from_millis(ms.max(0) as u64)
+}
+
+/// `rdma_resolve_addr`: ADDR_RESOLVED follows (a synchronous id waits for it).
+///
+/// # Safety
+/// `id` is an id of ours; `src` NULL or and `dst` readable sockaddrs.
+pub unsafe extern "C" fn rdma_resolve_addr(
+    id: *mut rdma_cm_id,
+    src: *mut sockaddr,
+    dst: *mut sockaddr,
+    timeout_ms: c_int,
+) -> c_int {
+    with_id(id, |_, cm| {
+        // SAFETY: per the caller.
+        let s = unsafe { sockaddr_to(src) }?;
+        // SAFETY: per the caller.
+        let d = unsafe { sockaddr_to(dst) }?.ok_or(libc::EINVAL)?;
+        if cm.device().is_none() && s.is_none_or(|s| s.ip().is_unspecified()) {
+            start_all();
+        }
+        cm.resolve_addr(s, d, timeout(timeout_ms)).map_err(|e| cm_errno(&e))
+    })
+}
+
+/// `rdma_resolve_route`: ROUTE_RESOLVED follows.
+///
+/// # Safety
+/// `id` is an id of ours.
+pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int {
+    with_id(id, |_, cm| cm.resolve_route(timeout(timeout_ms)).map_err(|e| cm_errno(&e)))
+}
+
+/// `rdma_listen`: a wildcard id listens on every listed device (all started).
+///
+/// # Safety
+/// `id` is an id of ours.
+pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
+    with_id(id, |_, cm| {
+        if cm.device().is_none() {
+            start_all();
+        }
+        cm.listen(backlog.max(0) as usize).map_err(|e| cm_errno(&e))
+    })
+}
+
+/// Destroys the CQs and channels `rdma_create_qp` made for an id.
+///
+/// # Safety
+/// `id` is a live id of ours whose QP is gone.
+unsafe fn destroy_cqs(id: *mut rdma_cm_id) {
+    // SAFETY: per the caller; each object was made by create_cqs and is ours.
+    unsafe {
+        let c = &mut *id;
+        if !c.recv_cq.is_null() && c.recv_cq != c.send_cq {
+            crate::cq::ibv_destroy_cq(c.recv_cq);
+        }
+        if !c.send_cq.is_null() {
+            crate::cq::ibv_destroy_cq(c.send_cq);
+        }
+        for ch in [c.recv_cq_channel, c.send_cq_channel] {
+            if !ch.is_null() {
+                crate::cq::ibv_destroy_comp_channel(ch);
+            }
+        }
+        c.recv_cq = std::ptr::null_mut();
+        c.send_cq = std::ptr::null_mut();
+        c.recv_cq_channel = std::ptr::null_mut();
+        c.send_cq_channel = std::ptr::null_mut();
+    }
+}
+
+/// Makes a completion channel and a CQ (`cq_context` = the id) for each direction, as
+/// librdmacm's `ucma_create_cqs` (the `rdma_get_*_comp` inlines check both).
+///
+/// # Safety
+/// `id` is a live id of ours.
+unsafe fn create_cqs(id: *mut rdma_cm_id, ctx: *mut ibv_context, send: u32, recv: u32) -> Result<(), Errno> {
+    let owner = id.cast::<c_void>();
+    let mk = move |n: u32| -> Result<(*mut ibv_comp_channel, *mut ibv_cq), Errno> {
+        // SAFETY: a context of ours.
+        let ch = unsafe { crate::cq::ibv_create_comp_channel(ctx) };
+        if ch.is_null() {
+            return Err(crate::util::errno());
+        }
+        // SAFETY: as above; the channel is ours.
+        let cq = unsafe { crate::cq::ibv_create_cq(ctx, n.max(1) as c_int, owner, ch, 0) };
+        if cq.is_null() {
+            let e = crate::util::errno();
+            // SAFETY: the channel just made.
+            unsafe { crate::cq::ibv_destroy_comp_channel(ch) };
+            return Err(e);
+        }
+        Ok((ch, cq))
+    };
+    let (rch, rcq) = mk(recv)?;
+    // SAFETY: per the caller.
+    unsafe {
+        (*id).recv_cq_channel = rch;
+        (*id).recv_cq = rcq;
+    }
+    let (sch, scq) = mk(send).inspect_err(|_| {
+        // SAFETY: the objects just made.
+        unsafe { destroy_cqs(id) };
+    })?;
+    // SAFETY: per the caller.
+    unsafe {
+        (*id).send_cq_channel = sch;
+        (*id).send_cq = scq;
+    }
+    Ok(())
+}
+
+/// The body of `rdma_create_qp(_ex)`.
+fn create_qp(
+    id: *mut rdma_cm_id,
+    st: &mut IdSt,
+    cm: &mut CmId,
+    x: &mut ibv_qp_init_attr_ex,
+) -> Result<(), Errno> {
+    let dev = cm.device().ok_or(libc::EINVAL)?.clone();
+    let ctx = context_for(&dev)?;
+    if x.pd.is_null() {
+        x.pd = default_pd(ctx)?;
+    }
+    // SAFETY: the PD is the application's (or ours).
+    let pd = unsafe { crate::pd::pd_of(x.pd) }.ok_or(libc::EINVAL)?;
+    if pd.c.context != ctx {
+        return Err(libc::EINVAL);
+    }
+    let made_cqs = x.send_cq.is_null() || x.recv_cq.is_null();
+    if made_cqs {
+        // SAFETY: the id is live (the caller holds its lock).
+        unsafe { create_cqs(id, ctx, x.cap.max_send_wr, x.cap.max_recv_wr) }?;
+        // SAFETY: as above.
+        unsafe {
+            if x.send_cq.is_null() {
+                x.send_cq = (*id).send_cq;
+            }
+            if x.recv_cq.is_null() {
+                x.recv_cq = (*id).recv_cq;
+            }
+        }
+    }
+    x.comp_mask |= 1; // IBV_QP_INIT_ATTR_PD
+    // SAFETY: x is a complete ibv_qp_init_attr_ex.
+    let qp = unsafe { crate::qp::create_qp_ex(ctx, x) };
+    if qp.is_null() {
+        let e = crate::util::errno();
+        if made_cqs {
+            // SAFETY: the CQs just made.
+            unsafe { destroy_cqs(id) };
+        }
+        return Err(e);
+    }
+    // SAFETY: a QP just made by this library.
+    let arc = unsafe { qp_of(qp) }.expect("our QP").rust.qp.clone();
+    if let Err(e) = cm.attach_qp(arc) {
+        // SAFETY: the QP just made; nobody else has it.
+        unsafe { crate::qp::ibv_destroy_qp(qp) };
+        if made_cqs {
+            // SAFETY: the CQs just made.
+            unsafe { destroy_cqs(id) };
+        }
+        return Err(cm_errno(&e));
+    }
+    st.owns_cqs = made_cqs;
+    // SAFETY: the id is live.
+    unsafe {
+        (*id).qp = qp;
+        (*id).pd = x.pd;
+        (*id).send_cq = x.send_cq;
+        (*id).recv_cq = x.recv_cq;
+        (*id).srq = x.srq;
+    }
+    Ok(())
+}
+
+fn attr_ex(pd: *mut ibv_pd, a: &ibv_qp_init_attr) -> ibv_qp_init_attr_ex {
+    // SAFETY: ibv_qp_init_attr_ex is plain data: all-zero is valid.
+    let mut x: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+    x.qp_context = a.qp_context;
+    x.send_cq = a.send_cq;
+    x.recv_cq = a.recv_cq;
+    x.srq = a.srq;
+    x.cap = a.cap;
+    x.qp_type = a.qp_type;
+    x.sq_sig_all = a.sq_sig_all;
+    x.pd = pd;
+    x
+}
+
+/// `rdma_create_qp`: the id's QP (on `pd`, or the device's default PD), moved to INIT; CQs
+/// with their own completion channels are made when `attr` names none. -1 + `EINVAL` when
+/// the id has no device yet or `pd` is of another device.
+///
+/// # Safety
+/// `id` is an id of ours; `pd` NULL or a PD of ours; `attr` readable and writable.
+pub unsafe extern "C" fn rdma_create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    with_id(id, |st, cm| {
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: per the caller.
+        let a = unsafe { &mut *attr };
+        let mut x = attr_ex(pd, a);
+        create_qp(id, st, cm, &mut x)?;
+        a.cap = x.cap;
+        Ok(())
+    })
+}
+
+/// `rdma_create_qp_ex`.
+///
+/// # Safety
+/// `id` is an id of ours; `attr` readable and writable.
+pub unsafe extern "C" fn rdma_create_qp_ex(id: *mut rdma_cm_id, attr: *mut ibv_qp_init_attr_ex) -> c_int {
+    with_id(id, |st, cm| {
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: per the caller.
+        let x = unsafe { &mut *attr };
+        let mut y = *x;
+        create_qp(id, st, cm, &mut y)?;
+        x.cap = y.cap;
+        Ok(())
+    })
+}
+
+/// `rdma_destroy_qp`: destroys the id's QP (and the CQs `rdma_create_qp` made for it).
+///
+/// # Safety
+/// `id` is an id of ours.
+pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
+    with_id(id, |st, cm| {
+        cm.detach_qp();
+        // SAFETY: the id is live.
+        unsafe {
+            let qp = (*id).qp;
+            if !qp.is_null() {
+                crate::qp::ibv_destroy_qp(qp);
+                (*id).qp = std::ptr::null_mut();
+            }
+            if st.owns_cqs {
+                destroy_cqs(id);
+                st.owns_cqs = false;
+            }
+        }
+        Ok(())
+    });
+}
+
+/// A C `rdma_conn_param` as the Rust one.
+///
+/// # Safety
+/// `p` is NULL or a readable `rdma_conn_param` whose private data is readable.
+unsafe fn conn_param(p: *const rdma_conn_param) -> Option<ConnParam> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: per the caller.
+    let c = unsafe { &*p };
+    let pd = if c.private_data.is_null() || c.private_data_len == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: per the caller.
+        unsafe { std::slice::from_raw_parts(c.private_data.cast::<u8>(), usize::from(c.private_data_len)) }
+            .to_vec()
+    };
+    Some(ConnParam {
+        private_data: pd,
+        responder_resources: c.responder_resources,
+        initiator_depth: c.initiator_depth,
+        flow_control: c.flow_control != 0,
+        retry_count: c.retry_count,
+        rnr_retry_count: c.rnr_retry_count,
+        srq: c.srq != 0,
+        qp_num: c.qp_num,
+    })
+}
+
+/// `rdma_connect`: ESTABLISHED, REJECTED or UNREACHABLE follows (a synchronous id waits: -1
+/// + `ECONNREFUSED` when rejected).
+///
+/// # Safety
+/// `id` is an id of ours; `param` NULL or readable.
+pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    with_id(id, |_, cm| {
+        // SAFETY: per the caller.
+        let p = unsafe { conn_param(param) };
+        cm.connect(p.as_ref()).map_err(|e| cm_errno(&e))
+    })
+}
+
+/// `rdma_accept`.
+///
+/// # Safety
+/// `id` is an id of ours; `param` NULL or readable.
+pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    with_id(id, |_, cm| {
+        // SAFETY: per the caller.
+        let p = unsafe { conn_param(param) };
+        cm.accept(p.as_ref()).map_err(|e| cm_errno(&e))
+    })
+}
+
+/// `rdma_reject`: the peer gets REJECTED, status 28, with this private data.
+///
+/// # Safety
+/// `id` is an id of ours; `data` NULL or `len` readable bytes.
+pub unsafe extern "C" fn rdma_reject(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
+    with_id(id, |_, cm| {
+        let pd = if data.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: per the caller.
+            unsafe { std::slice::from_raw_parts(data.cast::<u8>(), usize::from(len)) }
+        };
+        cm.reject(pd).map_err(|e| cm_errno(&e))
+    })
+}
+
+/// `rdma_reject_ece`: as `rdma_reject` (softroce negotiates no ECE).
+///
+/// # Safety
+/// As `rdma_reject`.
+pub unsafe extern "C" fn rdma_reject_ece(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
+    // SAFETY: per the caller.
+    unsafe { rdma_reject(id, data, len) }
+}
+
+/// `rdma_disconnect`: the QP to ERR, then the DREQ; both sides get DISCONNECTED.
+///
+/// # Safety
+/// `id` is an id of ours.
+pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
+    with_id(id, |_, cm| cm.disconnect().map_err(|e| cm_errno(&e)))
+}
+
+/// `rdma_establish`.
+///
+/// # Safety
+/// `id` is an id of ours.
+pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
+    with_id(id, |_, cm| cm.establish().map_err(|e| cm_errno(&e)))
+}
+
+/// `rdma_notify`: `IBV_EVENT_COMM_EST` establishes the connection (the passive QP received
+/// before the RTU); other events are accepted and ignored, as the kernel does.
+///
+/// # Safety
+/// `id` is an id of ours.
+pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
+    const IBV_EVENT_COMM_EST: c_int = 5;
+    with_id(
+        id,
+        |_, cm| {
+            if event == IBV_EVENT_COMM_EST { cm.establish().map_err(|e| cm_errno(&e)) } else { Ok(()) }
+        },
+    )
+}
+
+/// `rdma_get_request`: on a synchronous listener, waits for a connection request and returns
+/// its new id (with the QP of `rdma_create_ep`'s attributes, if the listener was made so).
+///
+/// # Safety
+/// `listen` is an id of ours; `id` writable.
+pub unsafe extern "C" fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int {
+    zero_or_minus1(|| {
+        if id.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: per the caller.
+        let o = unsafe { id_of(listen) }.ok_or(libc::EINVAL)?;
+        let (new, ep) = {
+            let st = o.rust.st.lock();
+            let cm = st.cm.as_ref().ok_or(libc::EINVAL)?;
+            if !cm.is_sync() {
+                return Err(libc::EINVAL);
+            }
+            (cm.get_request().map_err(|e| cm_errno(&e))?, st.ep_attr)
+        };
+        // SAFETY: the listener is live.
+        let (context, ps) = unsafe { ((*listen).context, (*listen).ps) };
+        let p = new_id(new, std::ptr::null_mut(), context, ps);
+        if let Some((mut a, pd)) = ep {
+            let r = with_id(p, |st, cm| {
+                let mut x = attr_ex(pd, &a);
+                create_qp(p, st, cm, &mut x)?;
+                a.cap = x.cap;
+                Ok(())
+            });
+            if r != 0 {
+                let e = crate::util::errno();
+                // SAFETY: the id just made.
+                unsafe { rdma_destroy_id(p) };
+                return Err(e);
+            }
+        }
+        // SAFETY: per the caller.
+        unsafe { *id = p };
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Events
+// ---------------------------------------------------------------------------------------
+
+/// Takes one event off a channel and turns it into the C event; `None` if none was pending
+/// (or it concerned an id already destroyed, which is then dropped).
+fn take_event(chp: *mut rdma_event_channel, o: &ChanObj) -> Result<Option<*mut rdma_cm_event>, Errno> {
+    let Some(mut ev) = o.rust.ch.try_get_event().map_err(|e| cm_errno(&e))? else { return Ok(None) };
+    let kind = ev.event_type();
+    let listen = ev.listen_id().and_then(|l| lookup_id(l.serial()));
+    let (id, counted) = if let Some(new) = ev.take_id() {
+        let Some(l) = listen else { return Ok(None) };
+        // SAFETY: a live id of ours (registered).
+        let (context, ps) = unsafe { ((*l).context, (*l).ps) };
+        (new_id(new, chp, context, ps), l)
+    } else {
+        let Some(p) = lookup_id(ev.id().serial()) else { return Ok(None) };
+        (p, p)
+    };
+    // SAFETY: registered ids are live.
+    let io = unsafe { id_of(id) }.ok_or(libc::EINVAL)?;
+    if let Some(cm) = io.rust.st.lock().cm.as_ref() {
+        refresh(id, cm);
+    }
+    // SAFETY: counted is a live id of ours.
+    let co = unsafe { id_of(counted) }.ok_or(libc::EINVAL)?;
+    *co.rust.unacked.lock() += 1;
+
+    let private_data = ev.private_data().to_vec();
+    // SAFETY: rdma_cm_event is plain data: all-zero is valid.
+    let mut c: rdma_cm_event = unsafe { std::mem::zeroed() };
+    c.id = id;
+    c.listen_id = listen.unwrap_or(std::ptr::null_mut());
+    c.event = kind as u32;
+    c.status = ev.status();
+    let len = private_data.len().min(255) as u8;
+    match ev.param() {
+        EventParam::Conn(p) => {
+            c.param.conn = rdma_conn_param {
+                private_data: std::ptr::null(),
+                private_data_len: len,
+                responder_resources: p.responder_resources,
+                initiator_depth: p.initiator_depth,
+                flow_control: u8::from(p.flow_control),
+                retry_count: p.retry_count,
+                rnr_retry_count: p.rnr_retry_count,
+                srq: u8::from(p.srq),
+                qp_num: p.qp_num,
+            };
+        }
+        EventParam::Ud(u) => {
+            // SAFETY: ibv_ah_attr is plain data: all-zero is valid.
+            let mut ah: ibv_ah_attr = unsafe { std::mem::zeroed() };
+            ah.grh.dgid = ibv_gid { raw: u.ah_attr.dgid.0 };
+            ah.grh.flow_label = u.ah_attr.flow_label;
+            ah.grh.sgid_index = u.ah_attr.sgid_index.value();
+            ah.grh.hop_limit = u.ah_attr.hop_limit;
+            ah.grh.traffic_class = u.ah_attr.traffic_class;
+            ah.sl = u.ah_attr.sl;
+            ah.is_global = 1;
+            ah.port_num = 1;
+            c.param.ud = rdma_ud_param {
+                private_data: std::ptr::null(),
+                private_data_len: len,
+                ah_attr: ah,
+                qp_num: u.qp_num,
+                qkey: u.qkey.value(),
+            };
+        }
+        EventParam::None => {}
+    }
+    let p = Obj::into_c(c, EVENT_MAGIC, Event { ev: Some(ev), private_data, counted });
+    // SAFETY: fresh event; its private data lives in it until the acknowledgement.
+    unsafe {
+        let o = EventObj::from_c(p, EVENT_MAGIC).expect("fresh event");
+        if !o.rust.private_data.is_empty() {
+            (*p).param.conn.private_data = o.rust.private_data.as_ptr().cast();
+        }
+    }
+    Ok(Some(p))
+}
+
+/// `rdma_get_cm_event`: the next event, waiting for one unless the channel's fd is
+/// `O_NONBLOCK` (then -1 + `EAGAIN`). A CONNECT_REQUEST carries a new id.
+///
+/// The blocking `poll` runs in this frame, which holds nothing to drop (a `pthread_cancel`
+/// while blocked unwinds through it cleanly).
+///
+/// # Safety
+/// `channel` is a channel of ours; `event` writable.
+pub unsafe extern "C-unwind" fn rdma_get_cm_event(
+    channel: *mut rdma_event_channel,
+    event: *mut *mut rdma_cm_event,
+) -> c_int {
+    // SAFETY: per the caller (foreign pointers are refused by the magic).
+    let Some(o) = (unsafe { ChanObj::from_c(channel, CHAN_MAGIC) }) else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    if event.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: per the caller.
+    let fd = unsafe { (*channel).fd };
+    loop {
+        match guard(Err(libc::EIO), || take_event(channel, o)) {
+            Ok(Some(p)) => {
+                // SAFETY: per the caller.
+                unsafe { *event = p };
+                return 0;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                set_errno(e);
+                return -1;
+            }
+        }
+        // SAFETY: fcntl on the channel's descriptor.
+        let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if fl < 0 {
+            return -1;
+        }
+        if fl & libc::O_NONBLOCK != 0 {
+            if o.rust.ch.pending() > 0 {
+                continue;
+            }
+            set_errno(libc::EAGAIN);
+            return -1;
+        }
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one pollfd; poll is a cancellation point.
+        let n = unsafe { libc::poll(&mut pfd, 1, -1) };
+        if n < 0 && crate::util::errno() != libc::EINTR {
+            return -1;
+        }
+    }
+}
+
+/// `rdma_ack_cm_event`: frees the event; `rdma_destroy_id` waits for this.
+///
+/// # Safety
+/// `event` is an event of ours, not used again.
+pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
+    zero_or_minus1(|| {
+        // SAFETY: per the caller.
+        let mut e = unsafe { EventObj::take(event, EVENT_MAGIC) }.ok_or(libc::EINVAL)?;
+        drop(e.rust.ev.take());
+        // SAFETY: an id with unacknowledged events is alive (destroy waits for them).
+        if let Some(o) = unsafe { id_of(e.rust.counted) } {
+            let mut n = o.rust.unacked.lock();
+            *n = n.saturating_sub(1);
+            o.rust.acked.notify_all();
+        }
+        Ok(())
+    })
+}
+
+/// `rdma_event_str`.
+pub extern "C" fn rdma_event_str(event: c_int) -> *const c_char {
+    let s: &'static std::ffi::CStr = match event {
+        0 => c"RDMA_CM_EVENT_ADDR_RESOLVED",
+        1 => c"RDMA_CM_EVENT_ADDR_ERROR",
+        2 => c"RDMA_CM_EVENT_ROUTE_RESOLVED",
+        3 => c"RDMA_CM_EVENT_ROUTE_ERROR",
+        4 => c"RDMA_CM_EVENT_CONNECT_REQUEST",
+        5 => c"RDMA_CM_EVENT_CONNECT_RESPONSE",
+        6 => c"RDMA_CM_EVENT_CONNECT_ERROR",
+        7 => c"RDMA_CM_EVENT_UNREACHABLE",
+        8 => c"RDMA_CM_EVENT_REJECTED",
+        9 => c"RDMA_CM_EVENT_ESTABLISHED",
+        10 => c"RDMA_CM_EVENT_DISCONNECTED",
+        11 => c"RDMA_CM_EVENT_DEVICE_REMOVAL",
+        12 => c"RDMA_CM_EVENT_MULTICAST_JOIN",
+        13 => c"RDMA_CM_EVENT_MULTICAST_ERROR",
+        14 => c"RDMA_CM_EVENT_ADDR_CHANGE",
+        15 => c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+        _ => c"UNKNOWN EVENT",
+    };
+    s.as_ptr()
+}
+
+// ---------------------------------------------------------------------------------------
+// Endpoints (the synchronous API)
+// ---------------------------------------------------------------------------------------
+
+/// `rdma_create_ep`: a synchronous id from `rdma_getaddrinfo`'s result — bound (passive) or
+/// resolved to its destination (active) — with a QP if `attr` is given (a passive id keeps
+/// the attributes for the QP of each request `rdma_get_request` returns).
+///
+/// # Safety
+/// `id` writable; `res` an `rdma_addrinfo`; `pd` NULL or ours; `attr` NULL or readable.
+pub unsafe extern "C" fn rdma_create_ep(
+    id: *mut *mut rdma_cm_id,
+    res: *mut rdma_addrinfo,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    zero_or_minus1(|| {
+        if id.is_null() || res.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: per the caller.
+        let r = unsafe { &*res };
+        let ps = if r.ai_port_space != 0 {
+            r.ai_port_space as u32
+        } else if r.ai_qp_type as u32 == IBV_QPT_UD {
+            RDMA_PS_UDP
+        } else {
+            RDMA_PS_TCP
+        };
+        let qp_type = match r.ai_qp_type as u32 {
+            0 if ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB => IBV_QPT_UD,
+            0 => IBV_QPT_RC,
+            t => t,
+        };
+        let mut p = std::ptr::null_mut();
+        // SAFETY: a local out-pointer.
+        if unsafe { rdma_create_id(std::ptr::null_mut(), &mut p, std::ptr::null_mut(), ps) } != 0 {
+            return Err(crate::util::errno());
+        }
+        let fail = |p: *mut rdma_cm_id| {
+            let e = crate::util::errno();
+            // SAFETY: the id just made.
+            unsafe { rdma_destroy_id(p) };
+            Err(e)
+        };
+        if r.ai_flags & RAI_PASSIVE != 0 {
+            // SAFETY: the id just made; the caller's address.
+            if unsafe { rdma_bind_addr(p, r.ai_src_addr) } != 0 {
+                return fail(p);
+            }
+            if !attr.is_null() {
+                // SAFETY: per the caller; the id just made.
+                let mut a = unsafe { *attr };
+                a.qp_type = qp_type;
+                let o = unsafe { id_of(p) }.expect("fresh id");
+                o.rust.st.lock().ep_attr = Some((a, pd));
+            }
+        } else {
+            // SAFETY: the id just made; the caller's addresses.
+            if unsafe { rdma_resolve_addr(p, r.ai_src_addr, r.ai_dst_addr, 2000) } != 0
+                // SAFETY: as above.
+                || unsafe { rdma_resolve_route(p, 2000) } != 0
+            {
+                return fail(p);
+            }
+            if !attr.is_null() {
+                // The QP type is the address's, as librdmacm's rdma_create_ep sets it.
+                // SAFETY: per the caller.
+                unsafe { (*attr).qp_type = qp_type };
+            }
+            // SAFETY: as above.
+            if !attr.is_null() && unsafe { rdma_create_qp(p, pd, attr) } != 0 {
+                return fail(p);
+            }
+        }
+        // SAFETY: per the caller.
+        unsafe { *id = p };
+        Ok(())
+    })
+}
+
+/// `rdma_destroy_ep`: the id's QP (and CQs), then the id.
+///
+/// # Safety
+/// `id` is an id of ours, not used again.
+pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
+    // SAFETY: per the caller.
+    unsafe {
+        if id_of(id).is_some() && !(*id).qp.is_null() {
+            rdma_destroy_qp(id);
+        }
+        if id_of(id).is_some() && !(*id).srq.is_null() {
+            rdma_destroy_srq(id);
+        }
+        rdma_destroy_id(id);
+    }
+}
+
+/// `rdma_create_srq`: an SRQ on the id's device (in `pd` or the default PD) as `id->srq`.
+///
+/// # Safety
+/// `id` is an id of ours; `pd` NULL or ours; `attr` readable and writable.
+pub unsafe extern "C" fn rdma_create_srq(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> c_int {
+    with_id(id, |_, cm| {
+        let ctx = context_for(cm.device().ok_or(libc::EINVAL)?)?;
+        let pd = if pd.is_null() { default_pd(ctx)? } else { pd };
+        // SAFETY: per the caller.
+        let srq = unsafe { crate::srq::ibv_create_srq(pd, attr) };
+        if srq.is_null() {
+            return Err(crate::util::errno());
+        }
+        // SAFETY: the id is live.
+        unsafe {
+            (*id).srq = srq;
+            (*id).pd = pd;
+        }
+        Ok(())
+    })
+}
+
+/// `rdma_create_srq_ex`: as `rdma_create_srq` for basic SRQs (`EOPNOTSUPP` for XRC/tag
+/// matching types).
+///
+/// # Safety
+/// `id` is an id of ours; `attr` readable and writable.
+pub unsafe extern "C" fn rdma_create_srq_ex(id: *mut rdma_cm_id, attr: *mut ibv_srq_init_attr_ex) -> c_int {
+    zero_or_minus1(|| {
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: per the caller.
+        let x = unsafe { &mut *attr };
+        const IBV_SRQ_INIT_ATTR_TYPE: u32 = 1;
+        const IBV_SRQ_INIT_ATTR_PD: u32 = 2;
+        if x.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && x.srq_type != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let pd = if x.comp_mask & IBV_SRQ_INIT_ATTR_PD != 0 { x.pd } else { std::ptr::null_mut() };
+        let mut a = ibv_srq_init_attr { srq_context: x.srq_context, attr: x.attr };
+        // SAFETY: per the caller.
+        if unsafe { rdma_create_srq(id, pd, &mut a) } != 0 {
+            return Err(crate::util::errno());
+        }
+        x.attr = a.attr;
+        Ok(())
+    })
+}
+
+/// `rdma_destroy_srq`.
+///
+/// # Safety
+/// `id` is an id of ours.
+pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
+    guard((), || {
+        // SAFETY: per the caller.
+        if unsafe { id_of(id) }.is_none() {
+            return;
+        }
+        // SAFETY: the id is live; its SRQ ours.
+        unsafe {
+            let srq = (*id).srq;
+            if !srq.is_null() {
+                crate::srq::ibv_destroy_srq(srq);
+                (*id).srq = std::ptr::null_mut();
+            }
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Options, queries, devices
+// ---------------------------------------------------------------------------------------
+
+/// `rdma_set_option`: `RDMA_OPTION_ID` TOS, REUSEADDR, AFONLY, ACK_TIMEOUT are checked for
+/// their size and accepted (softroce uses its defaults: TOS 0, the device's ACK timeout, no
+/// address reuse); `RDMA_OPTION_IB_PATH` is `ENOSYS` (RoCE resolves its own path); anything
+/// else `ENOSYS` as the kernel's `EINVAL`/`ENOSYS`.
+///
+/// # Safety
+/// `id` is an id of ours; `val` NULL or `len` readable bytes.
+pub unsafe extern "C" fn rdma_set_option(
+    id: *mut rdma_cm_id,
+    level: c_int,
+    name: c_int,
+    val: *mut c_void,
+    len: libc::size_t,
+) -> c_int {
+    with_id(id, |_, _| {
+        if val.is_null() {
+            return Err(libc::EINVAL);
+        }
+        match (level, name) {
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS | RDMA_OPTION_ID_ACK_TIMEOUT) if len == 1 => Ok(()),
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR | RDMA_OPTION_ID_AFONLY)
+                if len == std::mem::size_of::<c_int>() =>
+            {
+                Ok(())
+            }
+            (RDMA_OPTION_ID, 0..=3) => Err(libc::EINVAL),
+            _ => Err(libc::ENOSYS),
+        }
+    })
+}
+
+/// `rdma_migrate_id`: `ENOSYS` — softroce's ids cannot change channel yet.
+///
+/// # Safety
+/// `id` is an id of ours.
+pub unsafe extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> c_int {
+    zero_or_minus1(|| {
+        // SAFETY: per the caller.
+        let o = unsafe { id_of(id) }.ok_or(libc::EINVAL)?;
+        // SAFETY: the id is live.
+        if channel == unsafe { (*id).channel } {
+            return Ok(());
+        }
+        let _ = o;
+        Err(libc::ENOSYS)
+    })
+}
+
+/// `rdma_init_qp_attr`: the attributes to move a QP to INIT (pkey index 0, port 1, every
+/// remote access, as librdmacm); later states are applied by `rdma_connect`/`rdma_accept`
+/// themselves, so asking for them is `EINVAL` here.
+///
+/// # Safety
+/// `id` is an id of ours; `attr` and `mask` writable.
+pub unsafe extern "C" fn rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_qp_attr,
+    mask: *mut c_int,
+) -> c_int {
+    with_id(id, |_, cm| {
+        if attr.is_null() || mask.is_null() {
+            return Err(libc::EINVAL);
+        }
+        if cm.device().is_none() {
+            return Err(libc::EINVAL);
+        }
+        let connected = matches!(
+            cm.state(),
+            softroce::verbs::cm::CmIdState::Connect | softroce::verbs::cm::CmIdState::Established
+        );
+        if connected {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: per the caller.
+        unsafe {
+            *attr = std::mem::zeroed();
+            (*attr).qp_state = 1; // IBV_QPS_INIT
+            (*attr).pkey_index = 0;
+            (*attr).port_num = 1;
+            (*attr).qp_access_flags = 1 | 2 | 4 | 8; // LOCAL_WRITE | REMOTE_WRITE | READ | ATOMIC
+            *mask = 1 | 8 | 16 | 32; // STATE | ACCESS_FLAGS | PKEY_INDEX | PORT
+        }
+        Ok(())
+    })
+}
+
+/// `rdma_get_src_port`: the local port, network order (0 for a foreign id).
+///
+/// # Safety
+/// `id` is an id of ours.
+pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
+    // SAFETY: per the caller.
+    guard(0, || unsafe { id_of(id) }.map_or(0, |o| port_of(&o.c.route.addr.src_storage)))
+}
+
+/// `rdma_get_dst_port`: the peer's port, network order.
+///
+/// # Safety
+/// `id` is an id of ours.
+pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
+    // SAFETY: per the caller.
+    guard(0, || unsafe { id_of(id) }.map_or(0, |o| port_of(&o.c.route.addr.dst_storage)))
+}
+
+fn port_of(s: &libc::sockaddr_storage) -> u16 {
+    let p = (s as *const libc::sockaddr_storage).cast::<u8>();
+    match s.ss_family as c_int {
+        // SAFETY: sin_port and sin6_port both sit at offset 2 of the storage.
+        libc::AF_INET | libc::AF_INET6 => unsafe { p.add(2).cast::<u16>().read_unaligned() },
+        _ => 0,
+    }
+}
+
+/// `rdma_get_devices`: every listed device's context (each device started), NULL-terminated,
+/// allocated with `malloc`; NULL + `ENODEV` when there is none.
+///
+/// # Safety
+/// `num` NULL or writable.
+pub unsafe extern "C" fn rdma_get_devices(num: *mut c_int) -> *mut *mut ibv_context {
+    crate::util::ptr_or_errno(|| {
+        init();
+        let ctxs: Vec<*mut ibv_context> = devices().iter().filter_map(|&sr| context_of(sr).ok()).collect();
+        if !num.is_null() {
+            // SAFETY: per the caller.
+            unsafe { *num = ctxs.len() as c_int };
+        }
+        if ctxs.is_empty() {
+            return Err(libc::ENODEV);
+        }
+        // SAFETY: malloc of ctxs.len() + 1 pointers.
+        let list = unsafe { libc::malloc((ctxs.len() + 1) * std::mem::size_of::<*mut ibv_context>()) }
+            .cast::<*mut ibv_context>();
+        if list.is_null() {
+            return Err(libc::ENOMEM);
+        }
+        for (i, c) in ctxs.iter().enumerate() {
+            // SAFETY: within the allocation.
+            unsafe { *list.add(i) = *c };
+        }
+        // SAFETY: the last slot.
+        unsafe { *list.add(ctxs.len()) = std::ptr::null_mut() };
+        Ok(list)
+    })
+}
+
+/// `rdma_free_devices`.
+///
+/// # Safety
+/// `list` NULL or from `rdma_get_devices`.
+pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
+    // SAFETY: malloc'd by rdma_get_devices.
+    unsafe { libc::free(list.cast()) };
+}
+
+/// `rdma_set_local_ece`: accepted (softroce negotiates no enhanced connection
+/// establishment; the value is not sent).
+///
+/// # Safety
+/// `id` is an id of ours.
+pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    with_id(id, |_, _| if ece.is_null() { Err(libc::EINVAL) } else { Ok(()) })
+}
+
+/// `rdma_get_remote_ece`: the peer offered none (all zero).
+///
+/// # Safety
+/// `id` is an id of ours; `ece` writable.
+pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    with_id(id, |_, _| {
+        if ece.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: per the caller.
+        unsafe { *ece = std::mem::zeroed() };
+        Ok(())
+    })
+}
+
+/// `rdma_join_multicast`: -1 + `ENOSYS` (softroce has no multicast).
+pub extern "C" fn rdma_join_multicast(
+    _id: *mut rdma_cm_id,
+    _addr: *mut sockaddr,
+    _ctx: *mut c_void,
+) -> c_int {
+    set_errno(libc::ENOSYS);
+    -1
+}
+
+/// `rdma_join_multicast_ex`: -1 + `ENOSYS`.
+pub extern "C" fn rdma_join_multicast_ex(
+    _id: *mut rdma_cm_id,
+    _attr: *mut c_void,
+    _ctx: *mut c_void,
+) -> c_int {
+    set_errno(libc::ENOSYS);
+    -1
+}
+
+/// `rdma_leave_multicast`: -1 + `EADDRNOTAVAIL` (no group was joined).
+pub extern "C" fn rdma_leave_multicast(_id: *mut rdma_cm_id, _addr: *mut sockaddr) -> c_int {
+    set_errno(libc::EADDRNOTAVAIL);
+    -1
+}
+
+// ---------------------------------------------------------------------------------------
+// rdma_getaddrinfo
+// ---------------------------------------------------------------------------------------
+
+/// `rdma_getaddrinfo`: `node`/`service` through the system resolver (numeric or host names);
+/// with `RAI_PASSIVE` the address is the source (the wildcard without a node), else the
+/// destination. Port space from the hints (default TCP, RC). Returns 0 or -1 + errno (the
+/// resolver's failure as `EADDRNOTAVAIL`/`ENODATA` style errno, as librdmacm).
+///
+/// # Safety
+/// `node`, `service` NULL or C strings; `hints` NULL or readable; `res` writable.
+pub unsafe extern "C" fn rdma_getaddrinfo(
+    node: *const c_char,
+    service: *const c_char,
+    hints: *const rdma_addrinfo,
+    res: *mut *mut rdma_addrinfo,
+) -> c_int {
+    zero_or_minus1(|| {
+        init();
+        if res.is_null() || (node.is_null() && service.is_null()) {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: per the caller.
+        let h = unsafe { hints.as_ref() };
+        let flags = h.map_or(0, |h| h.ai_flags);
+        let passive = flags & RAI_PASSIVE != 0;
+        // SAFETY: addrinfo is plain data: all-zero is valid.
+        let mut ai: libc::addrinfo = unsafe { std::mem::zeroed() };
+        ai.ai_family = h.map_or(0, |h| h.ai_family);
+        ai.ai_socktype = libc::SOCK_STREAM;
+        if flags & RAI_NUMERICHOST != 0 {
+            ai.ai_flags |= libc::AI_NUMERICHOST;
+        }
+        if passive {
+            ai.ai_flags |= libc::AI_PASSIVE;
+        }
+        let mut out: *mut libc::addrinfo = std::ptr::null_mut();
+        // SAFETY: C strings from the caller (or NULL), a local hints struct and out-pointer.
+        let r = unsafe { libc::getaddrinfo(node, service, &ai, &mut out) };
+        if r != 0 {
+            return Err(match r {
+                libc::EAI_SYSTEM => crate::util::errno(),
+                libc::EAI_MEMORY => libc::ENOMEM,
+                libc::EAI_FAMILY => libc::EAFNOSUPPORT,
+                _ => libc::EADDRNOTAVAIL,
+            });
+        }
+        // SAFETY: getaddrinfo succeeded: `out` is a list with at least one entry.
+        let first = unsafe { &*out };
+        // SAFETY: ai_addr points to ai_addrlen bytes.
+        let addr = unsafe { sockaddr_to(first.ai_addr) };
+        // SAFETY: the list from getaddrinfo.
+        unsafe { libc::freeaddrinfo(out) };
+        let addr = addr?.ok_or(libc::EADDRNOTAVAIL)?;
+
+        // SAFETY: rdma_addrinfo is plain data: all-zero is valid.
+        let mut ra: rdma_addrinfo = unsafe { std::mem::zeroed() };
+        ra.ai_flags = flags;
+        ra.ai_family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+        ra.ai_qp_type = h.map_or(0, |h| h.ai_qp_type);
+        ra.ai_port_space = h.map_or(0, |h| h.ai_port_space);
+        if ra.ai_port_space == 0 {
+            ra.ai_port_space =
+                if ra.ai_qp_type as u32 == IBV_QPT_UD { RDMA_PS_UDP as c_int } else { RDMA_PS_TCP as c_int };
+        }
+        if ra.ai_qp_type == 0 {
+            ra.ai_qp_type =
+                if ra.ai_port_space as u32 == RDMA_PS_UDP { IBV_QPT_UD } else { IBV_QPT_RC } as c_int;
+        }
+        let boxed = |a: SocketAddr| -> (*mut sockaddr, libc::socklen_t) {
+            // SAFETY: malloc of a sockaddr_storage (freed by rdma_freeaddrinfo).
+            let p = unsafe { libc::calloc(1, std::mem::size_of::<libc::sockaddr_storage>()) }
+                .cast::<libc::sockaddr_storage>();
+            if p.is_null() {
+                return (std::ptr::null_mut(), 0);
+            }
+            // SAFETY: fresh allocation.
+            let len = write_sockaddr(unsafe { &mut *p }, Some(a));
+            (p.cast(), len)
+        };
+        if passive {
+            (ra.ai_src_addr, ra.ai_src_len) = boxed(addr);
+        } else {
+            (ra.ai_dst_addr, ra.ai_dst_len) = boxed(addr);
+            // The hints' source address, as librdmacm copies it.
+            // SAFETY: per the caller.
+            if let Some(h) = h
+                && let Ok(Some(s)) = unsafe { sockaddr_to(h.ai_src_addr) }
+            {
+                (ra.ai_src_addr, ra.ai_src_len) = boxed(s);
+            }
+        }
+        // SAFETY: malloc of one rdma_addrinfo (freed by rdma_freeaddrinfo).
+        let p = unsafe { libc::malloc(std::mem::size_of::<rdma_addrinfo>()) }.cast::<rdma_addrinfo>();
+        if p.is_null() {
+            return Err(libc::ENOMEM);
+        }
+        // SAFETY: fresh allocation; `res` per the caller.
+        unsafe {
+            p.write(ra);
+            *res = p;
+        }
+        Ok(())
+    })
+}
+
+/// `rdma_freeaddrinfo`.
+///
+/// # Safety
+/// `res` NULL or from `rdma_getaddrinfo`.
+pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
+    let mut p = res;
+    while !p.is_null() {
+        // SAFETY: a list made by rdma_getaddrinfo (malloc'd members).
+        unsafe {
+            let next = (*p).ai_next;
+            libc::free((*p).ai_src_addr.cast());
+            libc::free((*p).ai_dst_addr.cast());
+            libc::free((*p).ai_src_canonname.cast());
+            libc::free((*p).ai_dst_canonname.cast());
+            libc::free((*p).ai_route);
+            libc::free((*p).ai_connect);
+            libc::free(p.cast());
+            p = next;
+        }
+    }
+}

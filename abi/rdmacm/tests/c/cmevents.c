@@ -1,0 +1,226 @@
+/* librdmacm event semantics, built against the installed <rdma/rdma_cma.h> and run on
+ * softroce's libraries (abi/rdmacm/tests/events.rs). One process, one device: a listener and
+ * clients on the address given as argv[1], port argv[2].
+ * Prints one "ok <what>" line per check; exits non-zero at the first failure. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <rdma/rdma_cma.h>
+
+#define CHECK(c, ...) do { if (!(c)) { printf("FAIL line %d: ", __LINE__); printf(__VA_ARGS__); printf(" (errno %d %s)\n", errno, strerror(errno)); exit(1); } } while (0)
+
+static struct rdma_event_channel *ch;
+
+static struct rdma_cm_event *expect(enum rdma_cm_event_type t)
+{
+	struct rdma_cm_event *ev;
+	CHECK(rdma_get_cm_event(ch, &ev) == 0, "get_cm_event");
+	CHECK(ev->event == t, "expected %s, got %s status %d", rdma_event_str(t), rdma_event_str(ev->event), ev->status);
+	return ev;
+}
+
+static struct sockaddr_in sa(const char *ip, int port)
+{
+	struct sockaddr_in a;
+	memset(&a, 0, sizeof a);
+	a.sin_family = AF_INET;
+	a.sin_port = htons(port);
+	inet_pton(AF_INET, ip, &a.sin_addr);
+	return a;
+}
+
+/* A client id with a QP, resolved and connecting to ip:port. */
+static struct rdma_cm_id *client(const char *ip, int port, const char *pdata)
+{
+	struct rdma_cm_id *id;
+	struct rdma_cm_event *ev;
+	struct sockaddr_in dst = sa(ip, port);
+	struct ibv_qp_init_attr qa;
+	struct rdma_conn_param cp;
+
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "create_id");
+	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0, "resolve_addr");
+	ev = expect(RDMA_CM_EVENT_ADDR_RESOLVED);
+	CHECK(ev->id == id && id->verbs != NULL, "ADDR_RESOLVED names the id, which has a device");
+	rdma_ack_cm_event(ev);
+	CHECK(rdma_resolve_route(id, 2000) == 0, "resolve_route");
+	rdma_ack_cm_event(expect(RDMA_CM_EVENT_ROUTE_RESOLVED));
+	memset(&qa, 0, sizeof qa);
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
+	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+	CHECK(rdma_create_qp(id, NULL, &qa) == 0, "create_qp");
+	CHECK(id->qp && id->pd && id->send_cq && id->recv_cq && id->send_cq_channel && id->recv_cq_channel,
+	      "rdma_create_qp fills qp, pd, CQs and their channels");
+	CHECK(id->send_cq->cq_context == id, "the CQs' context is the id (rdma_get_send_comp asserts it)");
+	memset(&cp, 0, sizeof cp);
+	cp.private_data = pdata;
+	cp.private_data_len = pdata ? strlen(pdata) + 1 : 0;
+	cp.responder_resources = cp.initiator_depth = 1;
+	cp.retry_count = 7;
+	cp.rnr_retry_count = 7;
+	CHECK(rdma_connect(id, &cp) == 0, "connect");
+	return id;
+}
+
+struct destroyer { struct rdma_cm_id *id; volatile int done; };
+
+static void *destroy_thread(void *arg)
+{
+	struct destroyer *d = arg;
+	rdma_destroy_id(d->id);
+	d->done = 1;
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	const char *ip = argv[1];
+	int port = atoi(argv[2]);
+	struct rdma_cm_id *listen, *cli, *srv;
+	struct rdma_cm_event *ev, *held;
+	struct sockaddr_in me = sa(ip, port);
+	struct ibv_qp_init_attr qa;
+	struct destroyer d;
+	pthread_t t;
+	int fl;
+
+	CHECK(argc == 3, "usage: cmevents <ip> <port>");
+	CHECK((ch = rdma_create_event_channel()) != NULL, "create_event_channel");
+
+	/* Non-blocking channel: EAGAIN when empty. */
+	fl = fcntl(ch->fd, F_GETFL);
+	CHECK(fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK) == 0, "O_NONBLOCK");
+	CHECK(rdma_get_cm_event(ch, &ev) == -1 && errno == EAGAIN, "empty non-blocking channel gives EAGAIN");
+	CHECK(fcntl(ch->fd, F_SETFL, fl) == 0, "blocking again");
+	printf("ok nonblocking\n");
+
+	CHECK(rdma_create_id(ch, &listen, NULL, RDMA_PS_TCP) == 0, "create listen id");
+	CHECK(rdma_bind_addr(listen, (struct sockaddr *)&me) == 0, "bind");
+	CHECK(ntohs(rdma_get_src_port(listen)) == port, "src port");
+	CHECK(rdma_listen(listen, 4) == 0, "listen");
+
+	/* Nobody listens on port + 1: REJECTED, status 8 (invalid service ID). */
+	cli = client(ip, port + 1, NULL);
+	ev = expect(RDMA_CM_EVENT_REJECTED);
+	CHECK(ev->status == 8 && ev->id == cli, "REJECTED status %d", ev->status);
+	rdma_ack_cm_event(ev);
+	rdma_destroy_qp(cli);
+	CHECK(rdma_destroy_id(cli) == 0, "destroy rejected id");
+	printf("ok rejected-no-listener\n");
+
+	/* The application rejects: REJECTED, status 28, with its private data. */
+	cli = client(ip, port, "hello");
+	ev = expect(RDMA_CM_EVENT_CONNECT_REQUEST);
+	CHECK(ev->listen_id == listen && ev->id != listen && ev->id->verbs != NULL, "CONNECT_REQUEST carries a new id");
+	CHECK(ev->param.conn.private_data_len >= 6 && strcmp(ev->param.conn.private_data, "hello") == 0, "request private data");
+	srv = ev->id;
+	CHECK(rdma_reject(srv, "nope", 5) == 0, "reject");
+	rdma_ack_cm_event(ev);
+	ev = expect(RDMA_CM_EVENT_REJECTED);
+	CHECK(ev->status == 28 && strcmp(ev->param.conn.private_data, "nope") == 0, "REJECTED status %d", ev->status);
+	rdma_ack_cm_event(ev);
+	rdma_destroy_id(srv);
+	rdma_destroy_qp(cli);
+	rdma_destroy_id(cli);
+	printf("ok rejected-by-application\n");
+
+	/* A connection, then DISCONNECTED on both sides after one disconnects. */
+	cli = client(ip, port, NULL);
+	ev = expect(RDMA_CM_EVENT_CONNECT_REQUEST);
+	srv = ev->id;
+	rdma_ack_cm_event(ev);
+	memset(&qa, 0, sizeof qa);
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
+	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+	CHECK(rdma_create_qp(srv, NULL, &qa) == 0, "server create_qp");
+	CHECK(rdma_accept(srv, NULL) == 0, "accept");
+	for (int n = 0; n < 2; n++) {
+		ev = expect(RDMA_CM_EVENT_ESTABLISHED);
+		CHECK(ev->id == cli || ev->id == srv, "ESTABLISHED id");
+		rdma_ack_cm_event(ev);
+	}
+	CHECK(cli->qp->state == IBV_QPS_RTS, "the client QP is in RTS (%d)", cli->qp->state);
+	CHECK(ntohs(rdma_get_dst_port(cli)) == port, "dst port");
+	printf("ok established\n");
+	CHECK(rdma_disconnect(cli) == 0, "disconnect");
+	held = NULL;
+	for (int n = 0; n < 2; n++) {
+		ev = expect(RDMA_CM_EVENT_DISCONNECTED);
+		if (ev->id == srv) {
+			/* The passive side answers the DREQ (its DREP gives the active side
+			 * DISCONNECTED), as rping's server does. */
+			held = ev;
+			CHECK(rdma_disconnect(srv) == 0, "passive disconnect");
+		} else
+			rdma_ack_cm_event(ev);
+	}
+	CHECK(held, "the passive side got DISCONNECTED");
+	printf("ok disconnected-both-sides\n");
+
+	/* rdma_destroy_id waits for the id's unacknowledged event. */
+	rdma_destroy_qp(srv);
+	d.id = srv;
+	d.done = 0;
+	pthread_create(&t, NULL, destroy_thread, &d);
+	usleep(300000);
+	CHECK(!d.done, "rdma_destroy_id returned with an event unacknowledged");
+	rdma_ack_cm_event(held);
+	pthread_join(t, NULL);
+	CHECK(d.done, "destroy returned after the ack");
+	printf("ok destroy-waits-for-ack\n");
+
+	rdma_destroy_qp(cli);
+	rdma_destroy_id(cli);
+	rdma_destroy_id(listen);
+
+	/* Synchronous id: connect to a port nobody listens on fails with ECONNREFUSED. */
+	{
+		struct rdma_addrinfo hints, *res;
+		struct rdma_cm_id *sid;
+		char p[16];
+		memset(&hints, 0, sizeof hints);
+		hints.ai_port_space = RDMA_PS_TCP;
+		snprintf(p, sizeof p, "%d", port + 2);
+		CHECK(rdma_getaddrinfo(ip, p, &hints, &res) == 0, "getaddrinfo");
+		memset(&qa, 0, sizeof qa);
+		qa.cap.max_send_wr = qa.cap.max_recv_wr = 1;
+		qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+		CHECK(rdma_create_ep(&sid, res, NULL, &qa) == 0, "create_ep");
+		CHECK(rdma_connect(sid, NULL) == -1 && errno == ECONNREFUSED, "sync connect refused");
+		rdma_destroy_ep(sid);
+		rdma_freeaddrinfo(res);
+	}
+	printf("ok sync-refused\n");
+
+	/* Host names, passive lookups, the device list and event names. */
+	{
+		struct rdma_addrinfo hints, *res;
+		struct ibv_context **devs;
+		int n = -1;
+		memset(&hints, 0, sizeof hints);
+		hints.ai_flags = RAI_PASSIVE;
+		hints.ai_family = AF_INET;
+		CHECK(rdma_getaddrinfo("localhost", "7471", &hints, &res) == 0, "getaddrinfo localhost");
+		CHECK(res->ai_src_addr && !res->ai_dst_addr && res->ai_port_space == RDMA_PS_TCP &&
+		      res->ai_qp_type == IBV_QPT_RC, "passive: a source address, TCP, RC");
+		CHECK(((struct sockaddr_in *)res->ai_src_addr)->sin_addr.s_addr == htonl(INADDR_LOOPBACK) &&
+		      ntohs(((struct sockaddr_in *)res->ai_src_addr)->sin_port) == 7471, "localhost:7471");
+		rdma_freeaddrinfo(res);
+		CHECK(rdma_getaddrinfo(NULL, NULL, NULL, &res) == -1 && errno == EINVAL, "no node, no service");
+		devs = rdma_get_devices(&n);
+		CHECK(devs && n == 1 && devs[0] && !devs[1], "one device (%d)", n);
+		CHECK(strcmp(ibv_get_device_name(devs[0]->device), "softroce0") == 0, "softroce0");
+		rdma_free_devices(devs);
+		CHECK(strcmp(rdma_event_str(RDMA_CM_EVENT_TIMEWAIT_EXIT), "RDMA_CM_EVENT_TIMEWAIT_EXIT") == 0, "event_str");
+	}
+	printf("ok addrinfo-devices\n");
+	rdma_destroy_event_channel(ch);
+	return 0;
+}
