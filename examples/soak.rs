@@ -234,7 +234,10 @@ fn server(a: &Args) {
                     };
                     if !ok {
                         st.bad.fetch_add(1, Relaxed);
-                        eprintln!("soak: server: wrong bytes on QP {} ({:?})", w.qp_num, w.opcode);
+                        eprintln!(
+                            "soak: server: wrong bytes on {:?} QP {} ({:?}, {} bytes)",
+                            s.qp_type, w.qp_num, w.opcode, w.byte_len
+                        );
                     }
                     let _ = s.qp.post_recv(RecvWr::new(w.wr_id, &[s.mr.sge(off as usize, RECV_LEN)]));
                 }
@@ -566,6 +569,7 @@ fn client(a: &Args) {
     let (end, mut next_stats, mut next_churn, mut next_unreliable) =
         (Duration::from_secs(a.seconds), Duration::from_secs(a.interval), Duration::ZERO, Duration::ZERO);
     let mut useq = 0u32;
+    let mut unreliable_out = [false; 2];
     let mut wc = [WorkCompletion::default(); 64];
     for (i, c) in qps.iter_mut().enumerate() {
         start(c, &mut rng, i as u64);
@@ -597,19 +601,28 @@ fn client(a: &Args) {
             st.churned.fetch_add(1, Relaxed);
             start(&mut qps[i], &mut rng, i as u64);
         }
-        // Unreliable traffic: a UC SEND and a UD SEND every 20 ms.
+        // Unreliable traffic: a UC SEND and a UD SEND every 20 ms, each only once the previous
+        // one from the same buffer completed (the engine gathers the bytes when it sends).
+        while let Ok(n @ 1..) = ucq.poll(&mut wc) {
+            for w in &wc[..n] {
+                unreliable_out[w.wr_id as usize] = false;
+            }
+        }
         if t0.elapsed() >= next_unreliable {
             next_unreliable += Duration::from_millis(20);
             useq += 1;
-            let m = message(0x5543, useq, 1 + (useq as usize * 37) % 4000);
-            let _ = umr.write(0, &m);
-            let _ = uc.post_send(SendWr::send(1, &[umr.sge(0, m.len() as u32)]));
-            let m = message(0x5544, useq, 8 + (useq as usize * 13) % 1000);
-            let _ = umr.write(4096, &m);
-            let mut wr = SendWr::send(2, &[umr.sge(4096, m.len() as u32)]);
-            wr.ud = Some(ud_dest);
-            let _ = ud.post_send(wr);
-            while ucq.poll(&mut wc).unwrap_or(0) > 0 {}
+            if !unreliable_out[0] {
+                let m = message(0x5543, useq, 1 + (useq as usize * 37) % 4000);
+                let _ = umr.write(0, &m);
+                unreliable_out[0] = uc.post_send(SendWr::send(0, &[umr.sge(0, m.len() as u32)])).is_ok();
+            }
+            if !unreliable_out[1] {
+                let m = message(0x5544, useq, 8 + (useq as usize * 13) % 1000);
+                let _ = umr.write(4096, &m);
+                let mut wr = SendWr::send(1, &[umr.sge(4096, m.len() as u32)]);
+                wr.ud = Some(ud_dest);
+                unreliable_out[1] = ud.post_send(wr).is_ok();
+            }
         }
         if t0.elapsed() >= next_stats {
             next_stats += Duration::from_secs(a.interval);
