@@ -52,6 +52,7 @@ pub const CM_CAPTURES: &[(&str, usize, usize)] = &[
 pub const BAD_ICRC: &[(&str, usize)] = &[("host_gsi_probe.pcap", 1), ("host_gsi_probe.pcap", 2)];
 
 pub mod duo;
+pub mod netns;
 pub mod verbs;
 pub mod workload;
 

@@ -41,13 +41,26 @@ const SLOT: usize = 65536;
 /// (root) `SO_RCVBUFFORCE` goes past it.
 pub(crate) const RCVBUF: usize = 32 << 20;
 
+/// Send sockets kept open at most (one per UDP source port in use: RC QPs send from a port
+/// hashed from their QP numbers, as rxe). Past it the least recently used one is closed (and
+/// opened again if its port is used again).
+pub(crate) const MAX_SENDERS: usize = 256;
+
+/// A send socket bound to one source port, and when it was last used.
+struct Sender {
+    sock: Option<(UdpSocket, UdpSocketState)>,
+    last_use: u64,
+}
+
 pub(crate) struct UdpBackend {
     gso: bool,
     ip: IpAddr,
     port: u16,
     sock: mio::net::UdpSocket,
     state: UdpSocketState,
-    senders: HashMap<u16, Option<(UdpSocket, UdpSocketState)>>,
+    senders: HashMap<u16, Sender>,
+    /// Sends so far (the clock of `Sender::last_use`).
+    sends: u64,
     bufs: Vec<Vec<u8>>,
     metas: Vec<RecvMeta>,
     rx: Arc<RxCounters>,
@@ -85,6 +98,7 @@ impl UdpBackend {
             sock,
             state,
             senders: HashMap::new(),
+            sends: 0,
             bufs: (0..BATCH).map(|_| vec![0u8; SLOT]).collect(),
             metas: vec![RecvMeta::default(); BATCH],
             rx,
@@ -93,20 +107,30 @@ impl UdpBackend {
         })
     }
 
-    /// The send socket for a source port, created on first use (blocking, large buffer).
+    /// The send socket for a source port, created on first use (blocking, large buffer); the
+    /// least recently used one is closed when [`MAX_SENDERS`] are open.
     fn sender(&mut self, port: u16) -> Option<&(UdpSocket, UdpSocketState)> {
+        self.sends += 1;
+        if !self.senders.contains_key(&port) && self.senders.len() >= MAX_SENDERS {
+            let oldest = self.senders.iter().min_by_key(|(_, s)| s.last_use).map(|(p, _)| *p);
+            if let Some(p) = oldest {
+                self.senders.remove(&p);
+            }
+        }
         let ip = self.ip;
-        self.senders
-            .entry(port)
-            .or_insert_with(|| {
+        let entry = self.senders.entry(port).or_insert_with(|| Sender {
+            sock: (|| {
                 let s = bind(SocketAddr::new(ip, port)).ok()?;
                 let _ = s.set_send_buffer_size(8 << 20);
                 let _ = s.set_recv_buffer_size(4096);
                 let sock: UdpSocket = s.into();
                 let state = UdpSocketState::new((&sock).into()).ok()?;
                 Some((sock, state))
-            })
-            .as_ref()
+            })(),
+            last_use: 0,
+        });
+        entry.last_use = self.sends;
+        entry.sock.as_ref()
     }
 }
 
@@ -235,6 +259,20 @@ mod tests {
         assert_eq!(parse_drops(text, 4242), Some(17));
         assert_eq!(parse_drops(text, 4343), Some(0));
         assert_eq!(parse_drops(text, 1), None);
+    }
+
+    #[test]
+    fn send_sockets_stay_bounded_however_many_source_ports_were_used() {
+        // QPs come and go, each with its own source port: the socket cache must not keep
+        // one descriptor per port ever used (a soak run leaked one per replaced QP).
+        let rx = Arc::new(RxCounters::default());
+        let mut b = UdpBackend::new("127.0.0.1".parse().unwrap(), 0, false, rx).unwrap();
+        for port in 0..(MAX_SENDERS as u16 + 300) {
+            let _ = b.sender(0xc000 + port);
+        }
+        assert!(b.senders.len() <= MAX_SENDERS, "{} send sockets", b.senders.len());
+        // The most recent ports are still there.
+        assert!(b.senders.contains_key(&(0xc000 + MAX_SENDERS as u16 + 299)));
     }
 
     #[test]
