@@ -157,10 +157,15 @@ fn open(dev: &str) -> Device {
     Device::open(DeviceConfig::new(dev)).unwrap_or_else(|e| die(format!("device {dev}: {e}")))
 }
 
+/// PMTU 1024 (five-packet messages), otherwise the defaults ibverbs programs use (ACK timeout
+/// 14: 67 ms, 7 retries, infinite RNR retry). With timeout 12 (16.8 ms) a 30-minute run on
+/// this loaded 2-core machine ended once in RETRY_EXC_ERR after 5 minutes: seven retries in
+/// 134 ms while the peer process was descheduled (the stall-aware timer discounts only this
+/// side's own scheduling delays).
 fn opts() -> ConnectOptions {
     ConnectOptions {
         mtu: Some(Mtu::Mtu1024),
-        timeout: 12,
+        timeout: 14,
         retry_cnt: 7,
         rnr_retry: 7,
         ..ConnectOptions::default()
