@@ -86,7 +86,9 @@ fn a_verified_transfer_survives_junk_at_full_speed() {
         QpCaps { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let a = Side::new(Device::open(DeviceConfig::new(ip_a.as_str())).unwrap(), 1 << 20, caps);
     let b = Side::new(Device::open(DeviceConfig::new(ip_b.as_str())).unwrap(), 1 << 20, caps);
-    connect(&a, &b, Mtu::Mtu1024);
+    // The ibverbs default ACK timeout (67 ms; `connect`'s 4 ms is for quick loss tests): on a
+    // loaded 2-core machine a sprayer at full speed starves the peer for longer than 7 × 4 ms.
+    connect_with_timeout(&a, &b, Mtu::Mtu1024, 14);
     let other_pd = b.dev.alloc_pd().unwrap();
     let foreign = other_pd.alloc_mr(4096, Access::ALL).unwrap();
     let engine_b = "softroce-127.9.";
@@ -106,6 +108,7 @@ fn a_verified_transfer_survives_junk_at_full_speed() {
         .args(["--from", &ip_a, "--to", &ip_b, "--seconds", "3"])
         .args(["--qpn", &b.qp.qp_num().value().to_string(), "--psn", "0x100000"])
         .args(["--rkey", &foreign.rkey().value().to_string(), "--addr", &b.mr.addr().to_string()])
+        .args(std::env::var("SOFTROCE_SPRAY_KINDS").ok().map(|k| format!("--kinds={k}")))
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();

@@ -42,8 +42,13 @@ impl Side {
     }
 }
 
-/// Moves both QPs to RTS, connected to each other.
+/// Moves both QPs to RTS, connected to each other (ACK timeout 10: 4 ms, for quick loss tests).
 pub fn connect(a: &Side, b: &Side, mtu: Mtu) {
+    connect_with_timeout(a, b, mtu, 10)
+}
+
+/// [`connect`] with the local ACK timeout code `timeout` (4.096 µs × 2^timeout).
+pub fn connect_with_timeout(a: &Side, b: &Side, mtu: Mtu, timeout: u8) {
     let (pa, pb) = (0x10_0000, 0x20_0000);
     for (x, y, rq, sq) in [(a, b, pb, pa), (b, a, pa, pb)] {
         x.qp.modify(&QpAttrs::init(Access::ALL)).unwrap();
@@ -52,7 +57,7 @@ pub fn connect(a: &Side, b: &Side, mtu: Mtu) {
         rtr.max_dest_rd_atomic = Some(16);
         x.qp.modify(&rtr).unwrap();
         let mut rts = QpAttrs::rts(Psn::new(sq));
-        rts.timeout = Some(10);
+        rts.timeout = Some(timeout);
         x.qp.modify(&rts).unwrap();
     }
 }
