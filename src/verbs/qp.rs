@@ -694,7 +694,14 @@ impl QueuePair {
 
     fn schedule(&self) {
         if !self.shared.scheduled.swap(true, Ordering::SeqCst) {
-            self.device.shared.schedule(self.shared.qpn);
+            let dev = &self.device.shared;
+            dev.posted.push(self.shared.qpn);
+            // Inline progress: hand the work to the QP and send it from this thread, when no
+            // other thread is driving the device; otherwise the one that is (or the engine,
+            // woken if it sleeps) takes it from the queue.
+            if !self.device.progress_inline(false) && dev.sleeping.load(Ordering::SeqCst) {
+                let _ = dev.waker.wake();
+            }
         }
     }
 }
