@@ -433,9 +433,10 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
                 Err(_) => return -libc::EOVERFLOW,
             }
         }
-        if got == 0 {
-            // Nothing yet (and, with inline progress, nothing this thread could move): let the
-            // engine thread run. Applications busy-poll; on a host with
+        if got == 0 && !o.rust.cq.device().inline_progress() {
+            // Nothing yet: let the engine thread run (with inline progress this thread just
+            // did the engine's work itself, and a yield would give its CPU to anything else
+            // runnable). Applications busy-poll; on a host with
             // fewer cores than busy threads the engine would otherwise wait for the
             // scheduler's time slice (milliseconds) before it can deliver anything.
             std::thread::yield_now();
@@ -535,7 +536,9 @@ fn advance(cq: *mut ibv_cq_ex) -> c_int {
                 0
             }
             Ok(None) => {
-                std::thread::yield_now();
+                if !o.rust.cq.device().inline_progress() {
+                    std::thread::yield_now();
+                }
                 libc::ENOENT
             }
             Err(_) => libc::EOVERFLOW,
