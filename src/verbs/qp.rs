@@ -622,17 +622,20 @@ impl QueuePair {
         }
         // Reserve a slot: posted and not yet finished must stay within the queue depth.
         let max = s.caps.max_send_wr as usize;
-        if s.send_outstanding
+        let Ok(before) = s
+            .send_outstanding
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
-            .is_err()
-        {
+        else {
             return Err(PostError::QueueFull.into());
-        }
+        };
         if s.send_wrq.push(wr).is_err() {
             s.send_outstanding.fetch_sub(1, Ordering::SeqCst);
             return Err(PostError::QueueFull.into());
         }
-        self.schedule();
+        // A send posted to an idle queue (a latency-bound application: one message at a
+        // time) leaves from this thread at once; one posted behind others waits for the next
+        // pass, which sends the queue's packets together (GSO batches).
+        self.schedule(before == 0);
         Ok(())
     }
 
@@ -688,18 +691,19 @@ impl QueuePair {
             s.recv_outstanding.fetch_sub(1, Ordering::SeqCst);
             return Err(PostError::QueueFull.into());
         }
-        self.schedule();
+        // (Receives are also taken before every packet the QP gets: no need to run now.)
+        self.schedule(false);
         Ok(())
     }
 
-    fn schedule(&self) {
+    /// Tells the engine the QP has new work; with `inline`, runs it on this thread instead
+    /// when inline progress is on and no other thread is driving the device (otherwise the
+    /// one that is, or the engine, woken if it sleeps, takes it from the queue).
+    fn schedule(&self, inline: bool) {
         if !self.shared.scheduled.swap(true, Ordering::SeqCst) {
             let dev = &self.device.shared;
             dev.posted.push(self.shared.qpn);
-            // Inline progress: hand the work to the QP and send it from this thread, when no
-            // other thread is driving the device; otherwise the one that is (or the engine,
-            // woken if it sleeps) takes it from the queue.
-            if !self.device.progress_inline(false) && dev.sleeping.load(Ordering::SeqCst) {
+            if !(inline && self.device.progress_inline(false)) && dev.sleeping.load(Ordering::SeqCst) {
                 let _ = dev.waker.wake();
             }
         }
