@@ -15,6 +15,20 @@
 //! - `raw: rc write 64 KiB` and `raw: rc send 64 B`: the same two over the raw (AF_PACKET)
 //!   backend on `lo`. They need CAP_NET_RAW; without it they are skipped with the reason.
 //!
+//! Latency (half round trips, the median of each run, as perftest's `t_typical`):
+//!
+//! - `udp ping-pong, busy-poll`: the baseline. Two threads pinned to two cores exchange a
+//!   2-byte payload (a 44-byte datagram, the size of a 2-byte RDMA WRITE) over non-blocking
+//!   loopback sockets, each spinning on `recv`; half of each round trip.
+//! - `write-lat`, `send-lat`, `read-lat` 2 B, `atomic-lat` (8 B): `softroce perf <test> -s 2`
+//!   (the tool built with this bench), server and client on loopback, `t_typical` of the client;
+//!   each printed as a ratio to the baseline of the same invocation.
+//!
+//! ```text
+//! cargo bench --bench throughput -- lat          # only the latency rows
+//! cargo bench --bench throughput -- lat --json   # plus one JSON line with every figure
+//! ```
+//!
 //! The server side of each runs in a child process (this binary, re-executed).
 
 use std::io::{BufRead, BufReader, Write};
@@ -32,6 +46,11 @@ fn main() {
         return;
     }
     let secs: f64 = std::env::args().skip(1).filter_map(|a| a.parse().ok()).next().unwrap_or(2.0);
+    let json = std::env::args().any(|a| a == "--json");
+    if std::env::args().any(|a| a == "lat") {
+        latency(json);
+        return;
+    }
     // `cargo bench --bench throughput -- rc` runs only the softroce part (for profiling).
     let only_rc = std::env::args().any(|a| a == "rc" || a == "write");
     let d = Duration::from_secs_f64(secs);
@@ -79,6 +98,154 @@ fn main() {
     if let Some(rs) = rs {
         println!("  raw rc send / udp rc send    {:>6.2}  (messages per second)", rs.1 / s.1);
     }
+    if !only_rc {
+        println!();
+        latency(json);
+    }
+}
+
+/// The latency rows: the UDP busy-poll baseline, then `softroce perf *-lat` 2 B, each as a
+/// ratio to the baseline.
+fn latency(json: bool) {
+    let iters = 20_000;
+    let base = udp_pingpong(iters);
+    println!("latency, 2 B, half round trip (median), two processes on loopback");
+    println!("{:<38} {:>10} {:>8}", "run", "us", "ratio");
+    println!("{:<38} {:>10.2} {:>8}", "udp ping-pong, busy-poll, 2 cores", base, "1.00");
+    let mut rows = vec![("udp_pingpong_us".to_string(), base)];
+    // Each test through the engine thread (the default) and with inline progress.
+    for (i, test) in ["write-lat", "send-lat", "read-lat", "atomic-lat"].into_iter().enumerate() {
+        for (j, (inline, tag)) in [(false, ""), (true, "_inline")].into_iter().enumerate() {
+            let name = format!("softroce perf {test}{}", if inline { " (inline)" } else { "" });
+            match perf_lat(test, 5000, 18_700 + 2 * i as u16 + j as u16, inline) {
+                Ok(t) => {
+                    println!("{name:<38} {t:>10.2} {:>8.2}", t / base);
+                    rows.push((format!("{}{tag}_us", test.replace('-', "_")), t));
+                }
+                Err(e) => println!("{name:<38} failed: {e}"),
+            }
+        }
+    }
+    if json {
+        let mut o = serde_json::Map::new();
+        o.insert("bench".into(), "latency".into());
+        o.insert("load_average".into(), load_average().into());
+        for (k, v) in &rows {
+            o.insert(k.clone(), (*v).into());
+            if k != "udp_pingpong_us" {
+                o.insert(k.replace("_us", "_ratio"), (v / base).into());
+            }
+        }
+        println!("{}", serde_json::Value::Object(o));
+    }
+}
+
+/// The 1-minute load average (what else ran on the machine).
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
+/// Pins the calling thread to CPU `cpu` (best effort).
+fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it, and
+    // sched_setaffinity reads `size_of::<cpu_set_t>()` bytes of it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// The baseline: a 2-byte ping-pong between two threads pinned to two cores, each busy-polling
+/// a non-blocking UDP socket; the median half round trip in microseconds.
+fn udp_pingpong(iters: usize) -> f64 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // The payload of a 2-byte RDMA WRITE Only: BTH 12 + RETH 16 + 2 + ICRC 4, rounded.
+    const LEN: usize = 34;
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    a.connect(b.local_addr().unwrap()).unwrap();
+    b.connect(a.local_addr().unwrap()).unwrap();
+    a.set_nonblocking(true).unwrap();
+    b.set_nonblocking(true).unwrap();
+    let warm = 1000;
+    let echo = std::thread::spawn(move || {
+        pin(1 % cores);
+        let mut buf = [0u8; 64];
+        for _ in 0..iters + warm {
+            loop {
+                if b.recv(&mut buf).is_ok() {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+            b.send(&buf[..LEN]).unwrap();
+        }
+    });
+    pin(0);
+    let mut buf = [0u8; 64];
+    let mut rtt = Vec::with_capacity(iters);
+    for i in 0..iters + warm {
+        let t = Instant::now();
+        a.send(&buf[..LEN]).unwrap();
+        loop {
+            if a.recv(&mut buf).is_ok() {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        if i >= warm {
+            rtt.push(t.elapsed().as_nanos() as u64);
+        }
+    }
+    echo.join().unwrap();
+    // Unpin this thread again (the softroce runs follow in other processes).
+    // SAFETY: as in `pin`, with every CPU of the set.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for c in 0..cores {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+    rtt.sort_unstable();
+    rtt[rtt.len() / 2] as f64 / 2000.0
+}
+
+/// `softroce perf <test> -s 2 -n <iters>` between a server on 127.0.77.11 and a client on
+/// 127.0.77.12; the client's `t_typical` in microseconds.
+fn perf_lat(test: &str, iters: u32, port: u16, inline: bool) -> std::result::Result<f64, String> {
+    let exe = env!("CARGO_BIN_EXE_softroce");
+    let common = |c: &mut Command| {
+        c.env("SOFTROCE_INLINE_PROGRESS", if inline { "1" } else { "0" });
+        c.args(["perf", test, "-n", &iters.to_string(), "-p", &port.to_string()]);
+        if test != "atomic-lat" {
+            // (atomics are always 8 bytes)
+            c.args(["-s", "2"]);
+        }
+    };
+    let mut server = Command::new(exe);
+    common(&mut server);
+    let mut server = server
+        .args(["-d", "127.0.77.11"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut client = Command::new(exe);
+    common(&mut client);
+    let out = client
+        .args(["-d", "127.0.77.12", "--connect-timeout", "10", "--json", "127.0.77.11"])
+        .stderr(Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
+    let _ = server.wait();
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("{e} ({})", out.status))?;
+    v["results"][0]["t_typical_us"].as_f64().ok_or_else(|| "no t_typical_us in the report".to_string())
 }
 
 /// Why the raw backend cannot run here, if it cannot (it needs CAP_NET_RAW).

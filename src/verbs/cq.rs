@@ -158,7 +158,23 @@ impl CompletionQueue {
 
     /// `ibv_poll_cq`: moves up to `out.len()` completions into `out` without blocking;
     /// returns how many. Fails once the CQ overflowed.
+    ///
+    /// On a device with inline progress ([`super::DeviceConfig::inline_progress`]), polling an
+    /// empty CQ makes progress on the calling thread (reads what has arrived, sends what was
+    /// posted) before it looks again, as a busy-polling application on an HCA expects.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        let mut n = self.take(out);
+        if n == 0 && !out.is_empty() && self.device.progress_inline(true) {
+            n = self.take(out);
+        }
+        if n == 0 && self.shared.overflowed.load(Ordering::SeqCst) {
+            return Err(Error::CqOverflow);
+        }
+        Ok(n)
+    }
+
+    /// Moves up to `out.len()` queued completions into `out`.
+    fn take(&self, out: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
         let queue = self.shared.queue.read();
         while n < out.len() {
@@ -170,15 +186,16 @@ impl CompletionQueue {
                 None => break,
             }
         }
-        if n == 0 && self.shared.overflowed.load(Ordering::SeqCst) {
-            return Err(Error::CqOverflow);
-        }
-        Ok(n)
+        n
     }
 
-    /// Takes one completion, if any.
+    /// Takes one completion, if any (with inline progress as [`CompletionQueue::poll`]).
     pub fn poll_one(&self) -> Result<Option<WorkCompletion>> {
-        match self.shared.queue.read().pop() {
+        let mut wc = self.shared.queue.read().pop();
+        if wc.is_none() && self.device.progress_inline(true) {
+            wc = self.shared.queue.read().pop();
+        }
+        match wc {
             Some(wc) => Ok(Some(wc)),
             None if self.shared.overflowed.load(Ordering::SeqCst) => Err(Error::CqOverflow),
             None => Ok(None),

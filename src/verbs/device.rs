@@ -76,6 +76,22 @@ pub struct DeviceConfig {
     /// traffic class already sets ECN bits, so that switches mark congestion (CE) instead
     /// of dropping. Received CE marks are counted (`rcvd_ecn_ce`) either way.
     pub ecn: bool,
+    /// Inline progress (off by default for now; `SOFTROCE_INLINE_PROGRESS=1` turns it on
+    /// for every device the process opens): an
+    /// application thread that polls an empty CQ or posts a send drives the device itself —
+    /// reads the socket, runs the transport, sends, publishes completions — when no other
+    /// thread is doing so at that moment, instead of handing the work to the engine thread
+    /// and waiting for it to wake. The engine thread stays: it runs timers and the IB CM, and
+    /// moves packets whenever no application thread calls in (one-sided operations complete
+    /// without the target's application), and it sleeps rather than spin while an
+    /// application polls. Off, every packet goes through the engine thread.
+    pub inline_progress: bool,
+}
+
+/// Whether inline progress is on by default: off until it has run the interop matrix against
+/// kernel rxe; `SOFTROCE_INLINE_PROGRESS=1` turns it on (and `=0` off) for the process.
+fn default_inline_progress() -> bool {
+    std::env::var("SOFTROCE_INLINE_PROGRESS").is_ok_and(|v| v != "0")
 }
 
 impl DeviceConfig {
@@ -89,6 +105,7 @@ impl DeviceConfig {
             name: None,
             gso: true,
             ecn: false,
+            inline_progress: default_inline_progress(),
         }
     }
     /// The same with another backend.
@@ -280,11 +297,22 @@ pub(crate) struct DeviceShared {
     pub cm_sink: Mutex<Option<Box<CmSink>>>,
     /// The RDMA CM's connections and listeners on this device.
     pub rdma_cm: Mutex<super::cm::id::DevCm>,
+    /// Time zero of the engine's clock.
+    pub epoch: std::time::Instant,
+    /// When an application thread last made progress inline (engine-clock ns; 0: never).
+    pub inline_at: AtomicU64,
+    /// The deadline the sleeping engine thread will wake at (engine-clock ns; `u64::MAX`:
+    /// none): an application thread that arms an earlier timer wakes it.
+    pub engine_deadline: AtomicU64,
 }
 
 /// The engine's outlet for IB CM events: `(endpoint, now, event)`.
 pub(crate) type CmSink = dyn FnMut(&mut crate::transport::cm::CmEndpoint, crate::transport::Time, crate::transport::cm::CmEvent)
     + Send;
+
+/// How long after an application thread's inline progress the engine thread counts it as
+/// busy polling and sleeps instead of spinning beside it.
+const INLINE_BUSY_NS: u64 = 1_000_000;
 
 impl DeviceShared {
     /// Raises an asynchronous event: to the hook if one is set, else to the queue.
@@ -294,6 +322,12 @@ impl DeviceShared {
             Some(h) => h(ev),
             None => self.events.push(ev),
         }
+    }
+
+    /// Whether an application thread made progress inline within [`INLINE_BUSY_NS`] of `now`.
+    pub(crate) fn inline_recently(&self, now: crate::transport::Time) -> bool {
+        let at = self.inline_at.load(Ordering::Relaxed);
+        at != 0 && now.as_nanos().saturating_sub(at) < INLINE_BUSY_NS
     }
 
     /// Tells the engine a QP has new work; wakes it if it sleeps.
@@ -344,6 +378,8 @@ impl DeviceShared {
 struct EngineHandle {
     shared: Arc<DeviceShared>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The engine's state, for application threads' inline progress (`None`: off).
+    core: Option<Arc<Mutex<super::engine::Core>>>,
 }
 
 impl Drop for EngineHandle {
@@ -675,12 +711,20 @@ impl Device {
             weak_self: std::sync::OnceLock::new(),
             cm_sink: Mutex::new(None),
             rdma_cm: Mutex::new(Default::default()),
+            epoch: std::time::Instant::now(),
+            inline_at: AtomicU64::new(0),
+            engine_deadline: AtomicU64::new(u64::MAX),
         });
         let engine = Engine::new(shared.clone(), backend, poll, cmd_rx, cfg.spin)?;
+        let core = cfg.inline_progress.then(|| engine.core());
         let thread =
             std::thread::Builder::new().name(format!("softroce-{ip}")).spawn(move || engine.run())?;
         let dev = Device {
-            _engine: Arc::new(EngineHandle { shared: shared.clone(), thread: Mutex::new(Some(thread)) }),
+            _engine: Arc::new(EngineHandle {
+                shared: shared.clone(),
+                thread: Mutex::new(Some(thread)),
+                core,
+            }),
             shared,
         };
         let _ = dev.shared.weak_self.set(dev.downgrade());
@@ -691,6 +735,28 @@ impl Device {
     /// The device without keeping it open.
     pub(crate) fn downgrade(&self) -> WeakDevice {
         WeakDevice { shared: Arc::downgrade(&self.shared), engine: Arc::downgrade(&self._engine) }
+    }
+
+    /// Inline progress from an application thread (see [`DeviceConfig::inline_progress`]):
+    /// if no other thread is making progress on the device right now, moves what has arrived
+    /// (when `recv`), what was posted and what is to send, and publishes the completions.
+    /// Returns whether it ran; `false` at once when the device has inline progress off or
+    /// another thread holds the engine's state.
+    pub(crate) fn progress_inline(&self, recv: bool) -> bool {
+        let Some(core) = &self._engine.core else { return false };
+        match core.try_lock() {
+            Some(mut c) => {
+                c.progress_inline(recv);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether application threads that poll this device's CQs or post to its QPs make
+    /// progress themselves ([`DeviceConfig::inline_progress`]).
+    pub fn inline_progress(&self) -> bool {
+        self._engine.core.is_some()
     }
 
     /// Whether `other` is a handle to the same device.

@@ -20,6 +20,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
 
 use super::backend::{Backend, Datagram, Outgoing};
 use super::cq::CqShared;
@@ -30,7 +31,7 @@ use super::mr::MrTable;
 use super::qp::{AddressVector, QpAttrs, QpInfo, QpShared};
 use super::rundir::RunDir;
 use super::srq::{SRQ_TAG, SrqAttr, SrqShared};
-use super::stall::StallClock;
+use super::stall::{StallClock, ThreadWaits};
 use crate::transport::cm::{self as transport_cm, CmConfig, CmEndpoint, CmTransmit, MadAddr};
 use crate::transport::{Counters, GRH_LEN, Qp, QpType, Qpn, Srq, Time, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::bth::BthRepr;
@@ -176,14 +177,28 @@ struct State {
     gsi_psn: u32,
 }
 
-pub(crate) struct Engine {
+/// What the engine thread and, with inline progress, application threads share behind the
+/// device's progress lock: every QP's state machine, the backend and the transmit buffer.
+pub(crate) struct Core {
     stats: StatsFile,
+    /// The engine thread's run-queue waits and long holds of this state (see
+    /// [`super::stall`]).
+    stall: StallClock,
     st: State,
     backend: Box<dyn Backend>,
+    tx: Vec<u8>,
+}
+
+pub(crate) struct Engine {
+    core: Arc<Mutex<Core>>,
     poll: mio::Poll,
     cmd_rx: Receiver<Command>,
     spin: Duration,
-    tx: Vec<u8>,
+}
+
+thread_local! {
+    /// The run-queue waits of an application thread that makes inline progress.
+    static APP_WAITS: std::cell::RefCell<Option<ThreadWaits>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Receive batches read before due timers fire (at most 64 datagrams each).
@@ -208,9 +223,12 @@ impl Engine {
             cm_config(&shared),
             u64::from(super::cm::registry::rand32()) << 32 | u64::from(super::cm::registry::rand32()),
         );
-        Ok(Engine {
+        let core = Core {
             stats,
+            // Opened on the engine thread when it starts.
+            stall: StallClock::unread(),
             st: State {
+                epoch: shared.epoch,
                 shared,
                 id_solver: icrc::Ipv4IdSolver::new(),
                 qps: HashMap::new(),
@@ -218,7 +236,6 @@ impl Engine {
                 active: VecDeque::new(),
                 touched: Vec::new(),
                 timers: BinaryHeap::new(),
-                epoch: Instant::now(),
                 port,
                 cm,
                 cm_timer: None,
@@ -226,113 +243,113 @@ impl Engine {
                 gsi_psn: 0,
             },
             backend,
-            poll,
-            cmd_rx,
-            spin,
             // Room for a full GSO batch of the largest packets.
             tx: vec![0u8; 64 * MAX_PKT],
-        })
+        };
+        Ok(Engine { core: Arc::new(Mutex::new(core)), poll, cmd_rx, spin })
     }
 
-    fn now(&self) -> Time {
-        Time::from_nanos(self.st.epoch.elapsed().as_nanos() as u64)
+    /// The progress lock, for application threads' inline progress.
+    pub(crate) fn core(&self) -> Arc<Mutex<Core>> {
+        self.core.clone()
     }
 
     pub(crate) fn run(mut self) {
         let mut events = mio::Events::with_capacity(8);
         let mut idle_since: Option<Instant> = None;
-        // Opened here, on the engine thread: the thread whose scheduling it measures.
-        let mut stall = StallClock::for_this_thread();
         let mut woke = true;
+        let core_arc = self.core.clone();
+        // Opened here, on the engine thread: the thread whose scheduling it measures.
+        core_arc.lock().stall = StallClock::for_this_thread();
         loop {
-            let mut work = match self.commands() {
+            let mut core = core_arc.lock();
+            let mut work = match self.commands(&mut core) {
                 Some(w) => w,
                 None => return,
             };
-            let now = self.now();
-            stall.sample(now, woke);
+            let now = core.now();
+            core.stall.sample(now, woke);
             woke = false;
-            work |= self.receive(now);
-            work |= self.take_posts();
-            let now = self.now();
-            if self.timer_due(now) {
+            work |= core.receive(now);
+            work |= core.take_posts();
+            let now = core.now();
+            if core.timer_due(now) {
                 // A timer is due: first read what has arrived (up to a bound), so that a
                 // response that waited in the socket while the engine could not run counts
                 // before the timeout does.
                 for _ in 0..MAX_BATCHES_BEFORE_TIMERS {
-                    if !self.receive(now) {
+                    if !core.receive(now) {
                         break;
                     }
                 }
-                stall.sample(now, true);
-                work |= self.timers(now, &stall);
+                core.stall.sample(now, true);
+                work |= core.timers(now);
             }
-            work |= self.cm_pump(now);
-            work |= self.transmit(now);
-            self.publish();
-            self.stats.dirty |= work;
-            if self.stats.dirty && self.stats.due() {
-                self.backend.refresh_counters();
-                let c = self.st.counters();
-                self.stats.write(&c, false);
+            work |= core.cm_pump(now);
+            work |= core.transmit(now);
+            core.publish();
+            core.stats.dirty |= work;
+            if core.stats.dirty && core.stats.due() {
+                core.backend.refresh_counters();
+                let c = core.st.counters();
+                core.stats.write(&c, false);
             }
             if work {
                 idle_since = None;
+                drop(core);
                 continue;
             }
+            let shared = core.st.shared.clone();
             let since = *idle_since.get_or_insert_with(Instant::now);
-            if since.elapsed() < self.spin {
+            // While an application thread makes progress itself (it polls its CQ), the engine
+            // does not spin beside it: on a small machine the spinning would take the CPU the
+            // application needs.
+            let inline_busy = shared.inline_recently(core.now());
+            if since.elapsed() < self.spin && !inline_busy {
+                drop(core);
                 std::thread::yield_now();
                 continue;
             }
             // Sleep until a packet, a post, a command or a timer. The flag is raised before
             // the last look at the queues, so a poster either sees it and wakes us or its
             // work is seen here.
-            self.st.shared.sleeping.store(true, Ordering::SeqCst);
-            if self.st.shared.posted.is_empty() && self.cmd_rx.is_empty() {
-                let mut timeout = self.next_deadline().map(|t| {
-                    let now = self.now();
-                    if t > now { t - now } else { Duration::ZERO }
-                });
-                if self.stats.dirty {
+            shared.sleeping.store(true, Ordering::SeqCst);
+            if shared.posted.is_empty() && self.cmd_rx.is_empty() {
+                let deadline = core.next_deadline();
+                let now = core.now();
+                // Application threads that arm an earlier timer wake the engine.
+                shared.engine_deadline.store(deadline.map_or(u64::MAX, |t| t.as_nanos()), Ordering::SeqCst);
+                let mut timeout = deadline.map(|t| if t > now { t - now } else { Duration::ZERO });
+                if core.stats.dirty {
                     // Wake once more to publish the last counters of a burst.
                     let cap = Duration::from_millis(300);
                     timeout = Some(timeout.map_or(cap, |t| t.min(cap)));
                 }
+                drop(core);
                 let _ = self.poll.poll(&mut events, timeout);
                 woke = true;
+            } else {
+                drop(core);
             }
-            self.st.shared.sleeping.store(false, Ordering::SeqCst);
+            shared.sleeping.store(false, Ordering::SeqCst);
             idle_since = None;
         }
     }
 
-    fn next_deadline(&self) -> Option<Time> {
-        let timer = self.st.timers.peek().map(|Reverse((t, _))| *t);
-        let backend = self
-            .backend
-            .next_deadline()
-            .map(|i| Time::from_nanos(i.saturating_duration_since(self.st.epoch).as_nanos() as u64));
-        match (timer, backend) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
     /// Handles queued commands; `None` on shutdown.
-    fn commands(&mut self) -> Option<bool> {
+    fn commands(&mut self, core: &mut Core) -> Option<bool> {
         let mut any = false;
         while let Ok(cmd) = self.cmd_rx.try_recv() {
             any = true;
-            let st = &mut self.st;
+            let st = &mut core.st;
             match cmd {
                 Command::Shutdown => {
                     // Send what is queued (ACKs above all) before going away.
-                    let now = self.now();
-                    self.transmit(now);
-                    self.backend.refresh_counters();
-                    let c = self.st.counters();
-                    self.stats.write(&c, true);
+                    let now = core.now();
+                    core.transmit(now);
+                    core.backend.refresh_counters();
+                    let c = core.st.counters();
+                    core.stats.write(&c, true);
                     return None;
                 }
                 Command::CreateQp { shared, send_cq, recv_cq, reply } => {
@@ -364,10 +381,10 @@ impl Engine {
                     let _ = reply.send(());
                 }
                 Command::ResizeCq { cq, cqe, reply } => {
-                    self.take_posts();
-                    let now = self.now();
-                    self.transmit(now);
-                    self.publish();
+                    core.take_posts();
+                    let now = core.now();
+                    core.transmit(now);
+                    core.publish();
                     let _ = reply.send(cq.resize(cqe));
                 }
                 Command::ModifyQp { qpn, attrs, reply } => {
@@ -395,15 +412,15 @@ impl Engine {
                     let _ = reply.send(());
                 }
                 Command::Cm(f) => {
-                    let now = self.now();
-                    f(&mut self.st.cm, now);
-                    self.st.cm_dirty = true;
+                    let now = core.now();
+                    f(&mut core.st.cm, now);
+                    core.st.cm_dirty = true;
                     // Send at once: the caller may wait for what this produces.
-                    self.cm_pump(now);
+                    core.cm_pump(now);
                 }
                 Command::Counters(reply) => {
-                    self.backend.refresh_counters();
-                    let _ = reply.send(self.st.counters());
+                    core.backend.refresh_counters();
+                    let _ = reply.send(core.st.counters());
                 }
                 Command::CreateSrq { shared, max_wr, max_sge, limit, reply } => {
                     let r = Srq::new(shared.srqn, shared.pd, max_wr, max_sge, limit).map(|srq| {
@@ -446,9 +463,63 @@ impl Engine {
         }
         Some(any)
     }
+}
+
+impl Core {
+    fn now(&self) -> Time {
+        Time::from_nanos(self.st.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// One round of progress on an application thread (inline progress): what has arrived,
+    /// what was posted, what is to send, and the completions; `recv` says whether to read
+    /// the socket. Timers and the IB CM stay with the engine thread, which is woken when
+    /// this arms a timer earlier than the one it sleeps for, or gives the CM input.
+    pub(crate) fn progress_inline(&mut self, recv: bool) -> bool {
+        let now = self.now();
+        let shared = self.st.shared.clone();
+        shared.inline_at.store(now.as_nanos().max(1), Ordering::Relaxed);
+        let mut work = recv && self.receive(now);
+        work |= self.take_posts();
+        work |= self.transmit(now);
+        self.publish();
+        // A pass takes microseconds; one that took a millisecond or more was preempted, and
+        // the engine thread could not move anything meanwhile: a stall for the ACK timers.
+        let end = self.now();
+        self.stall.record_hold(end, end - now);
+        // So is a wait for a CPU of this thread between its passes (read once a millisecond).
+        let epoch = self.st.epoch;
+        APP_WAITS.with(|w| {
+            if let Some((at, waited)) = w.borrow_mut().get_or_insert_with(ThreadWaits::for_this_thread).poll()
+            {
+                let at = Time::from_nanos(at.saturating_duration_since(epoch).as_nanos() as u64);
+                self.stall.record_hold(at, waited);
+            }
+        });
+        if work {
+            self.stats.dirty = true;
+            let next = self.st.timers.peek().map_or(u64::MAX, |Reverse((t, _))| t.as_nanos());
+            if self.st.cm_dirty || next < shared.engine_deadline.load(Ordering::SeqCst) {
+                shared.engine_deadline.store(next, Ordering::SeqCst);
+                let _ = shared.waker.wake();
+            }
+        }
+        work
+    }
+
+    fn next_deadline(&self) -> Option<Time> {
+        let timer = self.st.timers.peek().map(|Reverse((t, _))| *t);
+        let backend = self
+            .backend
+            .next_deadline()
+            .map(|i| Time::from_nanos(i.saturating_duration_since(self.st.epoch).as_nanos() as u64));
+        match (timer, backend) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
 
     fn receive(&mut self, now: Time) -> bool {
-        let Engine { st, backend, .. } = self;
+        let Core { st, backend, .. } = self;
         let shared = st.shared.clone();
         let mrs = shared.mrs.read();
         let mut got = 0;
@@ -497,8 +568,8 @@ impl Engine {
         self.st.timers.peek().is_some_and(|Reverse((t, _))| *t <= now)
     }
 
-    fn timers(&mut self, now: Time, stall: &StallClock) -> bool {
-        let st = &mut self.st;
+    fn timers(&mut self, now: Time) -> bool {
+        let Core { st, stall, .. } = self;
         let shared = st.shared.clone();
         let mut any = false;
         while let Some(&Reverse((t, qpn))) = st.timers.peek() {
@@ -533,7 +604,7 @@ impl Engine {
     /// Sends the MADs the IB CM has, hands its events to the sink (which may give it more
     /// to send) and arms its timer.
     fn cm_pump(&mut self, now: Time) -> bool {
-        let Engine { st, backend, .. } = self;
+        let Core { st, backend, .. } = self;
         if !st.cm_dirty {
             return false;
         }
@@ -591,7 +662,7 @@ impl Engine {
                 self.st.active.push_back(qpn);
             }
         }
-        let Engine { st, backend, tx, .. } = self;
+        let Core { st, backend, tx, .. } = self;
         let shared = st.shared.clone();
         let mrs = shared.mrs.read();
         let max_seg = backend.max_segments();

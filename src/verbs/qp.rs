@@ -597,9 +597,12 @@ impl QueuePair {
     /// `ibv_post_send` for one work request.
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
         let wr = self.check_send(wr)?;
-        self.reserve_send(1)?;
+        let before = self.reserve_send(1)?;
         self.push_send(wr)?;
-        self.schedule();
+        // A send posted to an idle queue (a latency-bound application: one message at a
+        // time) leaves from this thread at once; one posted behind others waits for the next
+        // pass, which sends the queue's packets together (GSO batches).
+        self.schedule(before == 0);
         Ok(())
     }
 
@@ -617,15 +620,15 @@ impl QueuePair {
             return Ok(());
         }
         let n = checked.len();
-        self.reserve_send(n).map_err(|e| (0, e))?;
+        let before = self.reserve_send(n).map_err(|e| (0, e))?;
         for (i, wr) in checked.into_iter().enumerate() {
             if let Err(e) = self.push_send(wr) {
                 self.shared.send_outstanding.fetch_sub(n - i - 1, Ordering::SeqCst);
-                self.schedule();
+                self.schedule(false);
                 return Err((i, e));
             }
         }
-        self.schedule();
+        self.schedule(before == 0);
         Ok(())
     }
 
@@ -660,12 +663,12 @@ impl QueuePair {
     }
 
     /// Reserves `n` send slots: posted and not yet finished must stay within the queue depth.
-    fn reserve_send(&self, n: usize) -> Result<()> {
+    /// Returns how many were outstanding before.
+    fn reserve_send(&self, n: usize) -> Result<usize> {
         let s = &self.shared;
         let max = s.caps.max_send_wr as usize;
         s.send_outstanding
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |cur| (cur + n <= max).then_some(cur + n))
-            .map(|_| ())
             .map_err(|_| PostError::QueueFull.into())
     }
 
@@ -762,13 +765,21 @@ impl QueuePair {
             s.recv_outstanding.fetch_sub(1, Ordering::SeqCst);
             return Err(PostError::QueueFull.into());
         }
-        self.schedule();
+        // (Receives are also taken before every packet the QP gets: no need to run now.)
+        self.schedule(false);
         Ok(())
     }
 
-    fn schedule(&self) {
+    /// Tells the engine the QP has new work; with `inline`, runs it on this thread instead
+    /// when inline progress is on and no other thread is driving the device (otherwise the
+    /// one that is, or the engine, woken if it sleeps, takes it from the queue).
+    fn schedule(&self, inline: bool) {
         if !self.shared.scheduled.swap(true, Ordering::SeqCst) {
-            self.device.shared.schedule(self.shared.qpn);
+            let dev = &self.device.shared;
+            dev.posted.push(self.shared.qpn);
+            if !(inline && self.device.progress_inline(false)) && dev.sleeping.load(Ordering::SeqCst) {
+                let _ = dev.waker.wake();
+            }
         }
     }
 }

@@ -14,6 +14,11 @@
 //! includes some — and the timeout already allows for them: a QP counts only the part of each
 //! stall beyond a grace of an eighth of its timeout ([`grace`]). Where the file cannot be
 //! read the clock reports no stall, and timers count wall time.
+//!
+//! With inline progress an application thread moves the device's packets while it holds the
+//! engine's state; if it is preempted there, the engine thread waits for the state (asleep,
+//! not on a run queue) and nothing moves. Such holds of a millisecond or more are recorded as
+//! stalls too ([`StallClock::record_hold`]).
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -54,6 +59,27 @@ impl StallClock {
             last: None,
             stalls: VecDeque::new(),
         }
+    }
+
+    /// A clock that reads nothing until [`StallClock::for_this_thread`] replaces it.
+    pub(crate) fn unread() -> StallClock {
+        StallClock { file: None, last: None, stalls: VecDeque::new() }
+    }
+
+    /// Records that the device could not make progress for `len` up to `end` for another
+    /// reason than the engine thread's scheduling: an application thread doing inline
+    /// progress held the engine's state that long (it was preempted mid-pass). Waits shorter
+    /// than [`SPACING`] are ordinary and not recorded.
+    pub(crate) fn record_hold(&mut self, end: Time, len: Duration) {
+        if len < SPACING {
+            return;
+        }
+        if self.stalls.len() == STALLS {
+            self.stalls.pop_front();
+        }
+        // Kept in order of their ends (a hold ends at the latest reading or after it).
+        let at = self.stalls.partition_point(|&(e, _)| e <= end);
+        self.stalls.insert(at, (end, len));
     }
 
     /// The thread's total run-queue delay in nanoseconds.
@@ -101,6 +127,39 @@ impl StallClock {
     }
 }
 
+/// The run-queue waits of an application thread that makes inline progress, read the same
+/// way (at most once per [`SPACING`]) and handed to the device's clock: while such a thread
+/// spins on a CQ it is the one moving the device's packets, so a wait for a CPU there is a
+/// stall of the device as much as one of the engine thread.
+#[derive(Debug)]
+pub(crate) struct ThreadWaits {
+    file: Option<File>,
+    last: Option<(std::time::Instant, u64)>,
+}
+
+impl ThreadWaits {
+    /// The calling thread's waits.
+    pub(crate) fn for_this_thread() -> ThreadWaits {
+        ThreadWaits { file: File::open("/proc/thread-self/schedstat").ok(), last: None }
+    }
+
+    /// A wait of at least [`SPACING`] since the last reading, if one is due and there was one:
+    /// `(when the reading was taken, how long the thread waited)`.
+    pub(crate) fn poll(&mut self) -> Option<(std::time::Instant, Duration)> {
+        let now = std::time::Instant::now();
+        if self.last.is_some_and(|(t, _)| now - t < SPACING) {
+            return None;
+        }
+        let f = self.file.as_ref()?;
+        let mut buf = [0u8; 96];
+        let n = f.read_at(&mut buf, 0).ok()?;
+        let total: u64 = std::str::from_utf8(buf.get(..n)?).ok()?.split_whitespace().nth(1)?.parse().ok()?;
+        let prev = self.last.replace((now, total));
+        let waited = Duration::from_nanos(total.saturating_sub(prev?.1));
+        (waited >= SPACING).then_some((now, waited))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +199,19 @@ mod tests {
         assert_eq!(c.last, Some((ms(80), 43_500_000)));
         assert_eq!(grace(Duration::from_millis(67)), Duration::from_nanos(8_375_000));
         assert_eq!(grace(Duration::from_micros(500)), Duration::from_millis(1));
+    }
+
+    #[test]
+    fn holds_of_the_state_count_as_stalls() {
+        let mut c = StallClock::unread();
+        c.record_hold(ms(20), Duration::from_micros(300)); // a normal pass: not recorded
+        c.record_hold(ms(50), Duration::from_millis(30));
+        c.record(ms(60), 0);
+        c.record(ms(70), 5_000_000); // the engine's own 5 ms wait, ending at 70 ms
+        c.record_hold(ms(65), Duration::from_millis(2)); // recorded late, kept in order
+        assert_eq!(c.stalls.iter().map(|s| s.0).collect::<Vec<_>>(), vec![ms(50), ms(65), ms(70)]);
+        assert_eq!(c.stalled_since(ms(0), Duration::ZERO), Duration::from_millis(37));
+        assert_eq!(c.stalled_since(ms(40), Duration::ZERO), Duration::from_millis(17));
     }
 
     #[test]
