@@ -10,9 +10,9 @@
 //! - **Type 1** ([`MwType::Type1`]): bound with [`super::QueuePair::bind_mw`]
 //!   (`ibv_bind_mw`), usable from every QP of the PD; a zero-length bind unbinds it.
 //! - **Type 2** ([`MwType::Type2`], type 2B as rxe): bound by posting
-//!   [`SendOp::BindMw`](crate::transport::SendOp::BindMw) (build it with
+//!   [`SendOp::BindMw`] (build it with
 //!   [`MemoryWindow::bind_op`]); it answers only the QP that bound it and is revoked by a
-//!   local invalidate ([`SendOp::LocalInv`](crate::transport::SendOp::LocalInv)) or by the
+//!   local invalidate ([`SendOp::LocalInv`]) or by the
 //!   peer's SEND with invalidate naming its rkey.
 //!
 //! Remote requests through a window are checked against the window's rights and range, not
