@@ -109,7 +109,10 @@ fn rdma_server_and_client() {
 
 /// One perftest pair at a time: the bandwidth tests send in bursts, and on a loaded machine a
 /// starved receiver drops datagrams; rdma_cm's QPs then wait the CM's ACK timeout (19:
-/// 2.1 s, as kernel rxe's) before each retransmission.
+/// 2.1 s, as kernel rxe's) before each retransmission. `-F`: a loaded machine can make
+/// perftest's CPU-frequency estimate fail its r² check ("Can't produce a report"), and the
+/// client then exits with its server waiting for it; with `-F` perftest reads the frequency
+/// from /proc/cpuinfo instead.
 static PERFTEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn perftest(prog: &str, extra: &[&str]) {
@@ -123,12 +126,12 @@ fn perftest(prog: &str, extra: &[&str]) {
         prog,
         &path,
         |_| {
-            let mut a = args(&["-R", "-d", "softroce0", "-p", &port]);
+            let mut a = args(&["-R", "-F", "-d", "softroce0", "-p", &port]);
             a.extend(args(extra));
             a
         },
         |ip| {
-            let mut a = args(&["-R", "-d", "softroce0", "-p", &port]);
+            let mut a = args(&["-R", "-F", "-d", "softroce0", "-p", &port]);
             a.extend(args(extra));
             a.push(ip.to_string());
             a

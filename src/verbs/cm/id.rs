@@ -466,7 +466,13 @@ impl CmId {
             qp_type: self.inner.qp_type,
         };
         let sid = l.service_id();
+        // LISTEN before the engine can match a request to the id (as `rdma_listen` in Linux
+        // moves the id to LISTEN before it listens): a request that arrives the moment the
+        // listener is registered — in the same engine turn — must find it listening, not be
+        // refused (REJ 28) because this thread has not run again yet.
+        self.inner.st.lock().state = CmIdState::Listen;
         let mut done = Vec::new();
+        let mut failed = None;
         for d in &devs {
             let inner = self.inner.clone();
             let weak = Arc::downgrade(&d.shared);
@@ -478,14 +484,29 @@ impl CmId {
                 }
                 g.listeners.push((l, inner));
                 Ok::<(), crate::transport::cm::CmError>(())
-            })?;
-            r?;
-            done.push(d.downgrade());
+            });
+            match r {
+                Ok(Ok(())) => done.push(d.downgrade()),
+                Ok(Err(e)) => {
+                    failed = Some(Error::from(e));
+                    break;
+                }
+                Err(e) => {
+                    failed = Some(Error::from(e));
+                    break;
+                }
+            }
         }
         let mut st = self.inner.st.lock();
+        // The devices that registered it (dropping the id unregisters them).
         st.listens = done;
-        st.state = CmIdState::Listen;
-        Ok(())
+        match failed {
+            None => Ok(()),
+            Some(e) => {
+                st.state = CmIdState::AddrBound;
+                Err(e)
+            }
+        }
     }
 
     /// `rdma_get_request` (synchronous listener): waits for the next connection request and

@@ -54,3 +54,5 @@ pub enum CmIdState {
 
 #[cfg(test)]
 mod gsi_tests;
+#[cfg(test)]
+mod listen_tests;
