@@ -553,7 +553,7 @@ impl Client {
     }
 }
 
-fn client(local: IpAddr, port: u16, server: IpAddr, bench: Option<u64>, ops: &[String]) -> Res<()> {
+fn client(local: IpAddr, port: u16, server: IpAddr, mut bench: Option<u64>, ops: &[String]) -> Res<()> {
     // Parse the operations before connecting.
     enum Op {
         Set(i32, i32),
@@ -569,6 +569,11 @@ fn client(local: IpAddr, port: u16, server: IpAddr, bench: Option<u64>, ops: &[S
         parsed.push(match op.as_str() {
             "set" => Op::Set(num("a key")?, num("a value")?),
             "get" => Op::Get(num("a key")?),
+            "--bench" => {
+                // (also after SERVER, where clap leaves it among the operations)
+                bench = Some(num("a count").and_then(|n| Ok(u64::try_from(n)?))?);
+                continue;
+            }
             o => return Err(format!("unknown operation {o:?} (set KEY VALUE, get KEY)").into()),
         });
     }
