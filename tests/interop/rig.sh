@@ -106,7 +106,7 @@ is_ours() { # is_ours PID: a live process whose command line mentions our work d
 
 # ---------------------------------------------------------------- build ----
 inputs_hash() {
-    { cat "$HERE/rig.sh" "$HERE/labpeer.c" "$HERE"/guest/*; echo "$PKGS $MODS ${RIG_KPKG:-}"; } | sha256sum | cut -c1-16
+    { cat "$HERE/rig.sh" "$HERE/labpeer.c" "$HERE/kvpeer.c" "$HERE"/guest/*; echo "$PKGS $MODS ${RIG_KPKG:-}"; } | sha256sum | cut -c1-16
 }
 
 download() { # -> sets KPKG; debs cached in $W/debs
@@ -188,6 +188,8 @@ cmd_build() {
     gcc -O2 -Wall -Wextra -static -o "$R/usr/bin/rigagent" "$HERE/guest/rigagent.c"
     gcc -O2 -Wall -Wextra -o "$R/usr/bin/labpeer" "$HERE/labpeer.c" -libverbs
     cp "$R/usr/bin/labpeer" "$W/labpeer"        # host copy (compile check / inspection)
+    # the key-value store peer (examples/kvstore.rs's protocol) over librdmacm's synchronous API
+    gcc -O2 -Wall -Wextra -o "$R/usr/bin/kvpeer" "$HERE/kvpeer.c" -lrdmacm -libverbs
     cp "$S"/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so "$R/usr/lib/x86_64-linux-gnu/libibverbs/"
     cp "$S/etc/libibverbs.d/rxe.driver" "$R/etc/libibverbs.d/"
     # shared-library closure, resolved against the unpacked .debs first
