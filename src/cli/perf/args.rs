@@ -180,7 +180,8 @@ pub struct TestOpts {
     #[arg(short = 'A', long = "atomic_type", value_name = "TYPE")]
     pub atomic_type: Option<String>,
 
-    /// Connection type: RC (default), or UC for the write and send tests (UD comes later) [perftest -c/--connection]
+    /// Connection type: RC (default), UC for the write and send tests, UD for the send tests
+    /// (messages up to the MTU; receive buffers get 40 bytes of GRH room) [perftest -c/--connection]
     #[arg(short = 'c', long = "connection", value_name = "TYPE")]
     pub connection: Option<String>,
 
@@ -222,6 +223,12 @@ pub struct TestOpts {
     /// GRH traffic class (DSCP << 2 | ECN) [perftest --tclass]
     #[arg(long = "tclass", value_name = "TC")]
     pub tclass: Option<u8>,
+
+    /// Connect through rdma_cm instead of TCP: the parameter exchange runs over an RC QP that
+    /// the RDMA CM connects to port -p, then the test QPs connect through the CM too (RC, or
+    /// UD through SIDR with -c UD); pairs with perftest's -R [perftest -R/--rdma_cm]
+    #[arg(short = 'R', long = "rdma_cm")]
+    pub rdma_cm: bool,
 
     /// Print the result as one JSON object on stdout (the test, its parameters, both sides'
     /// QP records, the result rows and this side's CPU time); the usual perftest report then
