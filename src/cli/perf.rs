@@ -130,7 +130,7 @@ fn run_test(args: &PerfArgs) -> Result<(), CliError> {
         report_per_port: false,
         rdma_cm: false,
     };
-    let mut runner = Runner::new(&p, dev, out, gid_index, out_reads, inline_size, link, None);
+    let mut runner = Runner::new(&p, dev, out, gid_index, out_reads, inline_size, link);
     let outcome = run_session(stream, &cfg, &mut runner).map_err(|e| session_error(test, &p.wait, e))?;
     runner.finish();
     if test == PerftestTest::WriteLat {
@@ -191,7 +191,7 @@ fn run_rdma_cm(
         report_per_port: false,
         rdma_cm: true,
     };
-    let mut runner = Runner::new(p, dev, out, gid_index, out_reads, inline_size, None, Some(&cm));
+    let mut runner = Runner::new(p, dev, out, gid_index, out_reads, inline_size, None).with_cm(&cm);
     let outcome = run_session(control, &cfg, &mut runner).map_err(|e| session_error(test, &p.wait, e));
     runner.finish();
     if test == PerftestTest::WriteLat {

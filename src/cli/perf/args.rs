@@ -13,8 +13,10 @@ const AFTER_HELP: &str = concat!(
 Run the server (no host argument), then the client (with the server's address); the client \
 retries for --connect-timeout seconds while the server is not listening yet, so `server & \
 client` on one line works. Nothing but the MTU and the buffer geometry is negotiated: give \
-both sides the same -s, -n, -q, -a, -c, -D, -t and -b, exactly as with perftest. Pairs with \
-perftest 6.06 (Debian 12's perftest 4.5-0.17) in both directions and with another softroce.
+both sides the same -s, -n, -q, -a, -c, -D, -t, -b and -R, exactly as with perftest. Pairs with \
+perftest 6.06 (Debian 12's perftest 4.5-0.17) in both directions and with another softroce. \
+With -R the client retries a connection refused because the server is not listening yet for \
+--connect-timeout seconds, every 100 ms.
 
 ",
     crate::exit_codes!()

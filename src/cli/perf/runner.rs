@@ -419,10 +419,9 @@ impl<'a> Runner<'a> {
         out_reads: u32,
         inline_size: u32,
         link: Option<std::net::TcpStream>,
-        cm: Option<&'a CmCtx>,
     ) -> Self {
         Runner {
-            cm,
+            cm: None,
             size: p.size,
             p,
             dev,
@@ -444,6 +443,11 @@ impl<'a> Runner<'a> {
             link,
             short: None,
         }
+    }
+
+    /// The same connecting its test QPs through the RDMA CM (`-R`).
+    pub fn with_cm(self, cm: &'a CmCtx) -> Self {
+        Runner { cm: Some(cm), ..self }
     }
 
     /// The error a run that ended short returns after its report: messages lost (UC), or a
@@ -1139,7 +1143,7 @@ impl<'a> Runner<'a> {
         let mut qps = Vec::with_capacity(nqps);
         let mut dests = Vec::with_capacity(nqps);
         let mut ids = Vec::new();
-        let mut ud_dests = vec![None; nqps];
+        let mut ud_dests = Vec::with_capacity(nqps);
         let mut cm_peers = Vec::new();
         for i in 0..nqps {
             let init = QpInitAttr {
@@ -1172,10 +1176,8 @@ impl<'a> Runner<'a> {
                     gid_index: self.gid_index,
                 };
                 let (id, qp, peer) = cm.connect_test_qp(&t)?;
-                if let Some(peer) = peer {
-                    ud_dests[i] = Some(peer.dest);
-                    cm_peers.push(peer);
-                }
+                ud_dests.push(peer.as_ref().map(|p| p.dest));
+                cm_peers.extend(peer);
                 ids.push(id);
                 qp
             } else {
@@ -1184,6 +1186,7 @@ impl<'a> Runner<'a> {
                     if ud { QpAttrs::init_ud(Qkey::new(DEF_QKEY)) } else { QpAttrs::init(qp_access) };
                 qp.modify(&init_attrs)
                     .map_err(|e| CliError::failed(format!("Failed to modify QP to INIT: {e}")))?;
+                ud_dests.push(None);
                 qp
             };
             dests.push(PerftestDest {
