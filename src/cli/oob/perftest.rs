@@ -977,6 +977,28 @@ mod tests {
         assert_eq!(PerftestDest::decode(KeyFormat::Gid, &expected).unwrap(), spec_dest());
     }
 
+    /// The `-R` record: `struct pingpong_dest` as x86-64 lays it out, big-endian integers,
+    /// the GID raw; what perftest's `rdma_read_keys` reads back.
+    #[test]
+    fn key_message_rdma_cm_format() {
+        let m = spec_dest().encode_rdma_cm();
+        assert_eq!(m.len(), 56);
+        assert_eq!(
+            &m[0..20],
+            &[0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0x11, 0, 0xa1, 0xb2, 0xc3, 0, 0, 0x12, 0x34]
+        );
+        assert_eq!(&m[20..24], &[0; 4], "padding after rkey");
+        assert_eq!(&m[24..32], &0x7f00_1234_5000u64.to_be_bytes());
+        assert_eq!(&m[32..48], &MAPPED_GID);
+        assert_eq!(PerftestDest::decode(KeyFormat::RdmaCm, &m).unwrap(), spec_dest());
+        assert!(PerftestDest::decode(KeyFormat::RdmaCm, &m[..55]).is_err());
+        // Out-of-range fields from a peer are truncated, never a panic.
+        let mut junk = [0xffu8; 56];
+        junk[4..8].copy_from_slice(&0x0001_0000u32.to_be_bytes());
+        let d = PerftestDest::decode(KeyFormat::RdmaCm, &junk).unwrap();
+        assert_eq!((d.qpn, d.psn, d.out_reads), (0xff_ffff, 0xff_ffff, u16::MAX));
+    }
+
     #[test]
     fn key_message_no_gid_format() {
         let expected = wire("0000:0001:000011:a1b2c3:00001234:00007f0012345000:00000000");
