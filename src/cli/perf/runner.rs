@@ -456,10 +456,11 @@ impl<'a> Runner<'a> {
         let (got, want) = self.short?;
         let drops = self.dev.counters().map_or(0, |c| c.rcvd_socket_drops);
         let why = if self.p.connection != ConnectionType::Rc {
-            let mut why =
-                "UC and UD do not retransmit: a message with a lost packet is lost, and the report above \
-                           counts the received ones"
-                    .to_string();
+            let mut why = format!(
+                "{} does not retransmit: a message with a lost packet is lost, and the report above \
+                 counts the received ones",
+                self.p.connection.name()
+            );
             if drops > 0 {
                 why += &format!(
                     "; this side's receive socket dropped {drops} packets (rcvd_socket_drops): the sender \
