@@ -459,7 +459,8 @@ fn bad_flag_values() {
         (&["write-lat", "-q", "2", "127.0.0.1"], "Multiple QPs only available on bw tests"),
         (&["atomic-bw", "-s", "16", "127.0.0.1"], "Message size cannot be changed for Atomic tests"),
         (&["atomic-lat", "-a", "127.0.0.1"], "Atomic"),
-        (&["send-bw", "-c", "UD"], "UD is not implemented in softroce perf yet"),
+        (&["send-bw", "-c", "UD", "-a"], "-a with -c UD"),
+        (&["send-bw", "-c", "UC", "-R"], "rdma_cm connects RC and UD QPs only"),
         (&["read-bw", "-c", "UC"], "not possible in READ/ATOMIC verbs"),
         (&["write-bw", "-c", "UD"], "only possible in SEND verb"),
         (&["read-lat", "-n", "3"], "Iteration num should be between 5 and 100000000"),
@@ -489,6 +490,62 @@ fn bad_flag_values() {
     let out = single(&["write-bw", "-d", &n.client, "-x", "7", "-p", &n.port, &n.server]);
     assert_eq!(out.code, 4, "{out:?}");
     assert!(out.stderr.contains("GID indexes 0..=1"), "{out:?}");
+    // Any GID the device sends from is accepted (-x 1 here); one it does not (the link-local
+    // default GID of a UDP device on loopback) is refused, naming the usable indexes.
+    let n = net();
+    let out = single(&["write-bw", "-d", &n.client, "-x", "0", "-p", &n.port, &n.server]);
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(
+        out.stderr.contains("not an address this device sends from") && out.stderr.contains("use -x 1"),
+        "{out:?}"
+    );
+}
+
+/// `-R`: the parameter exchange over an rdma_cm connection and the test QPs connected by the
+/// RDMA CM, between two softroce processes (Debian's perftest pairs are in
+/// `abi/rdmacm/tests/debian.rs`).
+#[test]
+fn rdma_cm_mode() {
+    for (test, args) in [
+        ("write-bw", &["-R", "-n", "50", "-s", "4096"][..]),
+        ("read-bw", &["-R", "-n", "50", "-s", "4096", "-q", "2"]),
+        ("send-bw", &["-R", "-n", "50", "-s", "4096"]),
+        ("send-lat", &["-R", "-n", "50"]),
+        ("write-lat", &["-R", "-n", "50"]),
+        ("atomic-lat", &["-R", "-n", "50"]),
+        ("send-bw", &["-R", "-c", "UD", "-n", "50", "-s", "512"]),
+        ("send-lat", &["-R", "-c", "UD", "-n", "50", "-s", "512"]),
+    ] {
+        let (s, c) = pair(test, args, args);
+        for out in [&s, &c] {
+            assert!(out.stdout.contains("Data ex. method : rdma_cm"), "{test} {args:?}: {out:?}");
+        }
+        let r = rows(&c.stdout);
+        assert_eq!(r.len(), 1, "{test} {args:?}: {c:?}");
+        let qps = if args.contains(&"-q") { 2.0 } else { 1.0 };
+        assert_eq!(r[0][1], 50.0 * qps, "{test} {args:?}: {c:?}");
+    }
+}
+
+/// `-c UD` over the TCP exchange: messages up to the MTU, larger ones lowered to it unless
+/// `-s` asked for them.
+#[test]
+fn ud_send_tests() {
+    for test in ["send-bw", "send-lat"] {
+        let args = ["-c", "UD", "-n", "100", "-s", "1024"];
+        let (s, c) = pair(test, &args, &args);
+        for out in [&s, &c] {
+            assert!(out.stdout.contains("Connection type : UD"), "{test}: {out:?}");
+        }
+        let r = rows(&c.stdout);
+        assert_eq!((r.len(), r[0][0], r[0][1]), (1, 1024.0, 100.0), "{test}: {c:?}");
+    }
+    let (s, c) = pair("send-bw", &["-c", "UD", "-n", "50"], &["-c", "UD", "-n", "50"]);
+    assert!(c.stderr.contains("Max msg size in UD is MTU"), "{c:?}");
+    assert!(s.code == 0 && rows(&c.stdout)[0][0] <= 4096.0, "{c:?}");
+    let (_, c) =
+        pair_outcome("send-bw", &["-c", "UD", "-n", "50"], &["-c", "UD", "-n", "50", "-s", "65536"], None);
+    assert!(c.stderr.contains("cannot be greater than MTU"), "{c:?}");
 }
 
 /// A scripted perftest server: checks our client's bytes against the spec (B3, trace D2) and

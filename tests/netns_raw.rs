@@ -396,3 +396,36 @@ fn pingpongs_over_raw_by_interface_with_ipv6_gids() {
         );
     }
 }
+
+/// `softroce perf -x 2`: the test QPs use the IPv6 GID of a raw device opened by interface
+/// name while the TCP exchange runs over IPv4, as perftest allows any GID index.
+#[test]
+#[ignore = "needs root (network namespaces, veth, nftables, CAP_NET_RAW): run with `cargo test --test netns_raw -- --ignored` as root, as .ci/run does"]
+fn perf_with_an_ipv6_gid_over_an_ipv4_side_channel() {
+    require_root();
+    let p = Pair::new(7, 0);
+    let sr = Path::new(env!("CARGO_BIN_EXE_softroce"));
+    // fd03:203:… as perftest prints a GID: decimal-width bytes.
+    let v6: std::net::Ipv6Addr = p.v6[0].parse().unwrap();
+    let o = v6.octets();
+    let prefix = format!("GID: {:02}:{:02}:{:02}:{:02}", o[0], o[1], o[2], o[3]);
+    for test in ["write-bw", "send-lat"] {
+        let common = ["--backend", "raw", "-x", "2", "-n", "50", "-p", "18779"];
+        let mut sargs = vec!["perf", test, "-d", &p.dev[0]];
+        sargs.extend_from_slice(&common);
+        let server = p.spawn(0, sr, &sargs, None);
+        std::thread::sleep(Duration::from_millis(300));
+        let mut cargs = vec!["perf", test, "-d", &p.dev[1]];
+        cargs.extend_from_slice(&common);
+        cargs.push(&p.v4[0]);
+        let c = p.spawn(1, sr, &cargs, None).wait_with_output().unwrap();
+        let s = server.wait_with_output().unwrap();
+        let ok = c.status.success() && s.status.success();
+        let (c, s) = (text(&c), text(&s));
+        assert!(ok, "{test}\nclient:\n{c}\nserver:\n{s}");
+        assert!(c.contains("GID index       : 2") && s.contains("GID index       : 2"), "{test}\n{c}\n{s}");
+        for out in [&c, &s] {
+            assert_eq!(out.matches(&prefix).count(), 2, "{test}: both GIDs are IPv6\n{out}");
+        }
+    }
+}

@@ -8,6 +8,7 @@
 //! Spec: `docs/interop/oob-exchange.md`, Part B.
 
 mod args;
+mod cm;
 mod params;
 mod runner;
 
@@ -95,6 +96,10 @@ fn run_test(args: &PerfArgs) -> Result<(), CliError> {
         p.inline_size
     };
 
+    if p.rdma_cm {
+        return run_rdma_cm(&p, dev, out, gid_index, mtu, out_reads, inline_size);
+    }
+
     let stream = match &p.host {
         Some(host) => connect_retry(host, p.port, true, None, p.wait.connect_retry())
             .map_err(|e| connect_error(test, host, p.port, &p.wait, &e))?,
@@ -123,6 +128,7 @@ fn run_test(args: &PerfArgs) -> Result<(), CliError> {
         duplex: p.duplex,
         duration: p.duration.is_some(),
         report_per_port: false,
+        rdma_cm: false,
     };
     let mut runner = Runner::new(&p, dev, out, gid_index, out_reads, inline_size, link);
     let outcome = run_session(stream, &cfg, &mut runner).map_err(|e| session_error(test, &p.wait, e))?;
@@ -145,6 +151,78 @@ fn run_test(args: &PerfArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `-R`: the parameter exchange over an rdma_cm connection, the test QPs connected by the CM.
+fn run_rdma_cm(
+    p: &Params,
+    dev: Device,
+    out: Out,
+    gid_index: GidIndex,
+    mtu: Mtu,
+    out_reads: u32,
+    inline_size: u32,
+) -> Result<(), CliError> {
+    let test = p.test;
+    let ud = p.connection == crate::cli::report::ConnectionType::Ud;
+    let cm = match &p.host {
+        Some(host) => {
+            let ip = resolve_host(host)?;
+            cm::CmCtx::client(
+                &dev,
+                std::net::SocketAddr::new(ip, p.port),
+                p.wait.connect_retry(),
+                p.wait.idle(),
+            )?
+        }
+        None => {
+            let cm = cm::CmCtx::server(&dev, p.port, ud, p.wait.idle())?;
+            out.text(WAITING_BANNER);
+            cm
+        }
+    };
+    let control = cm.control(p.is_read_or_atomic(), out_reads.min(255) as u8)?;
+    let cfg = SessionConfig {
+        test,
+        role: p.role,
+        local: LocalParams { mtu: mtu as u8, ..LocalParams::default() },
+        key_format: KeyFormat::RdmaCm,
+        run_mode: if p.all { RunMode::AllSizes(params::ALL_SIZES) } else { RunMode::Regular },
+        duplex: p.duplex,
+        duration: p.duration.is_some(),
+        report_per_port: false,
+        rdma_cm: true,
+    };
+    let mut runner = Runner::new(p, dev, out, gid_index, out_reads, inline_size, None).with_cm(&cm);
+    let outcome = run_session(control, &cfg, &mut runner).map_err(|e| session_error(test, &p.wait, e));
+    runner.finish();
+    if test == PerftestTest::WriteLat {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    runner.close_cm();
+    let outcome = outcome?;
+    if p.json {
+        let doc = json_report(p, &runner, &outcome, gid_index, out_reads, inline_size);
+        let mut o = std::io::stdout().lock();
+        let _ = writeln!(o, "{}", doc);
+        let _ = o.flush();
+    }
+    linger(runner.device());
+    if let Some(lost) = runner.lost() {
+        return Err(lost);
+    }
+    Ok(())
+}
+
+/// The server's IPv4 address (perftest resolves with `AF_INET`).
+fn resolve_host(host: &str) -> Result<std::net::IpAddr, CliError> {
+    use std::net::ToSocketAddrs;
+    (host, 0)
+        .to_socket_addrs()
+        .map_err(|e| CliError::network(format!("cannot resolve {host}: {e}")))?
+        .find(|a| a.is_ipv4())
+        .map(|a| a.ip())
+        .ok_or_else(|| CliError::network(format!("{host} has no IPv4 address")))
+}
+
 /// `-x`, or the device's own address (what perftest's automatic choice gives on rxe). The
 /// GID must be the device's address: softroce sends from it.
 fn choose_gid_index(dev: &Device, wanted: Option<u8>) -> Result<GidIndex, CliError> {
@@ -158,10 +236,19 @@ fn choose_gid_index(dev: &Device, wanted: Option<u8>) -> Result<GidIndex, CliErr
             len.saturating_sub(1)
         ))
     })?;
-    if gid != Gid::from_ip(dev.ip()) {
+    // Any GID of the table whose address the device sends from (the raw backend opened on an
+    // interface serves all of its addresses, IPv6 too): the side channel may run over IPv4
+    // while the test QPs use an IPv6 GID, as with perftest.
+    let serving: Vec<String> = (0..len)
+        .filter(|&i| dev.gid(GidIndex::new(i as u8)).is_ok_and(|g| dev.serves(g.to_ip())))
+        .map(|i| i.to_string())
+        .collect();
+    if !dev.serves(gid.to_ip()) {
         return Err(CliError::setup(format!(
-            "-x {x}: GID {gid} is not the device's address {}: softroce sends from its address, use -x {own} (or leave -x out)",
-            dev.ip()
+            "-x {x}: GID {gid} is not an address this device sends from (it serves {}); use -x {} \
+             (or leave -x out; `--backend raw -d <interface>` serves every address of the interface)",
+            dev.addresses().iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", "),
+            serving.join(" or -x ")
         )));
     }
     Ok(GidIndex::new(x))

@@ -349,7 +349,7 @@ pub fn format_test_info(t: &TestInfo) -> String {
         s.push_str(&format!(" Max inline data : {}[B]\n", t.inline_size));
     }
     s.push_str(&format!(" rdma_cm QPs\t : {}\n", on_off(t.rdma_cm)));
-    s.push_str(" Data ex. method : Ethernet\n");
+    s.push_str(if t.rdma_cm { " Data ex. method : rdma_cm\n" } else { " Data ex. method : Ethernet\n" });
     s.push_str(RESULT_LINE);
     s.push('\n');
     s

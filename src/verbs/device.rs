@@ -820,6 +820,15 @@ impl Device {
         let i = self.shared.gids.iter().position(|x| *x == g)?;
         u8::try_from(i).ok().map(GidIndex::new)
     }
+    /// Every local address the device sends from and receives on (the first is
+    /// [`Device::ip`]; the raw backend opened on an interface serves all of its addresses).
+    pub fn addresses(&self) -> &[IpAddr] {
+        &self.shared.addresses
+    }
+    /// Whether the device sends from and receives on local address `ip`.
+    pub fn serves(&self, ip: IpAddr) -> bool {
+        self.shared.addresses.contains(&ip)
+    }
     /// The GID of the device's own IP address: what a peer sends to.
     pub fn own_gid(&self) -> Gid {
         Gid::from_ip(self.shared.ip)

@@ -426,6 +426,35 @@ for mtu in 1500 9000; do
     fi
 done
 
+# ---- perftest -R (rdma_cm: the parameter exchange over an RC QP the CM connects, then the
+# test QP through the CM) and perftest -c UD (UD QPs, the TCP exchange) <-> native softroce
+# perf, both directions, PMTU 1024. Twelve short rows, about 60 s in all.
+"$RIG" mtu 1500 >/dev/null
+# perf_cm NAME TOOL OPERATION DIR ARGS RXE-PORT: ARGS go to both sides.
+perf_cm() {
+    local name=$1 tool=$2 op=$3 dir=$4 args=$5 port=$6 sub=${2/_/-}
+    if [ "$dir" = sr2rxe ]; then
+        need=2 rxe_port=$port run "$name" 1024 "" "ib_$tool" "$op" "softroce → rxe" server \
+            "ib_$tool $args" "$SR perf $sub -d $HOST $args $VM" "$PERF_OK"
+    else
+        need=2 rxe_port=$port run "$name" 1024 "" "ib_$tool" "$op" "rxe → softroce" client \
+            "ib_$tool $args $HOST" "$SR perf $sub -d $HOST $args" "$PERF_OK"
+    fi
+}
+for tool in write_bw read_bw send_bw send_lat; do
+    a="-R -n 100"; [[ $tool == *_bw ]] && a="-R -s 4096 -n 100"
+    for dir in sr2rxe rxe2sr; do
+        perf_cm "perfcm-R-$tool-$dir" $tool "-R (rdma_cm), ${a#-R }" $dir "$a" rdma_cm
+    done
+done
+for tool in send_bw send_lat; do
+    for dir in sr2rxe rxe2sr; do
+        # (a UD receiver answers nothing: softroce is silent as the send_bw server)
+        sil=$([ "$tool$dir" = send_bwrxe2sr ] && echo 1)
+        silent=$sil perf_cm "perfcm-UD-$tool-$dir" $tool "-c UD, 1024 B" $dir "-c UD -x 1 -s 1024 -n 100" 18515
+    done
+done
+
 # ---- loss: netem on the guest's egress and ingress (what either side sends is lost and
 # reordered; netem counts what it drops, so the rcvd_pkts check still holds)
 "$RIG" mtu 1500 >/dev/null

@@ -239,3 +239,95 @@ fn rping_pairs_with_native_softroce_rping() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Debian's perftest through our libraries against the native `softroce perf` (the Rust
+/// RDMA CM for `-R`, our verbs for the TCP exchange), in both roles: `extra` goes to both.
+fn perf_native(prog: &str, extra: &[&str]) {
+    let path = format!("/usr/bin/{prog}");
+    if !have(prog, &[&path]) {
+        return;
+    }
+    let _one = PERFTEST.lock().unwrap_or_else(|e| e.into_inner());
+    let native = softroce_bin();
+    let native = native.to_str().unwrap();
+    let sub = prog.trim_start_matches("ib_").replace('_', "-");
+    let dir = lib_dir(&format!("native-{prog}"));
+    for debian_server in [true, false] {
+        let (sip, cip, port) = (addr(), addr(), port());
+        let mut common: Vec<&str> = vec!["-p", &port];
+        common.extend_from_slice(extra);
+        let srv = if debian_server {
+            let mut a = vec!["-F", "-d", "softroce0"];
+            a.extend_from_slice(&common);
+            spawn(&dir, &sip, &path, &a)
+        } else {
+            let mut a = vec!["perf", sub.as_str(), "-d", &sip];
+            a.extend_from_slice(&common);
+            spawn(&dir, &sip, native, &a)
+        };
+        let t = std::time::Instant::now();
+        while !roce_bound(&sip) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let cli = if debian_server {
+            let mut a = vec!["perf", sub.as_str(), "-d", &cip];
+            a.extend_from_slice(&common);
+            a.push(&sip);
+            spawn(&dir, &cip, native, &a)
+        } else {
+            let mut a = vec!["-F", "-d", "softroce0"];
+            a.extend_from_slice(&common);
+            a.push(&sip);
+            spawn(&dir, &cip, &path, &a)
+        };
+        let (cok, cout) = finish_or(cli, LIMIT, || wire(&sip, &cip));
+        let (sok, sout) = finish(srv, Duration::from_secs(if cok { 15 } else { 2 }));
+        assert!(
+            cok && sok,
+            "{prog} {extra:?}, debian server: {debian_server}\n--- server:\n{sout}\n--- client:\n{cout}"
+        );
+        for out in [&sout, &cout] {
+            if extra.contains(&"-R") {
+                assert!(
+                    out.contains("rdma_cm QPs\t : ON") && out.contains("Data ex. method : rdma_cm"),
+                    "{out}"
+                );
+            }
+            let rows =
+                out.lines().filter(|l| l.trim_start().starts_with(|ch: char| ch.is_ascii_digit())).count();
+            assert!(rows >= 1, "no result line:\n{out}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn native_perf_rdma_cm_write_bw() {
+    perf_native("ib_write_bw", &["-R", "-n", "200", "-s", "8192"]);
+}
+
+#[test]
+fn native_perf_rdma_cm_read_bw() {
+    perf_native("ib_read_bw", &["-R", "-n", "200", "-s", "8192"]);
+}
+
+#[test]
+fn native_perf_rdma_cm_send_bw() {
+    perf_native("ib_send_bw", &["-R", "-n", "200", "-s", "8192"]);
+}
+
+#[test]
+fn native_perf_rdma_cm_send_lat() {
+    perf_native("ib_send_lat", &["-R", "-n", "200"]);
+}
+
+#[test]
+fn native_perf_ud_send_bw() {
+    perf_native("ib_send_bw", &["-c", "UD", "-n", "200", "-s", "1024"]);
+}
+
+#[test]
+fn native_perf_ud_send_lat() {
+    perf_native("ib_send_lat", &["-c", "UD", "-n", "200", "-s", "64"]);
+}

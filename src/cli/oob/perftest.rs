@@ -36,6 +36,9 @@ pub const MIN_PEER_VERSION: f64 = 5.70;
 pub const KEY_MSG_LEN_GID: usize = 108;
 /// Size of the K message without a GID (`KEY_MSG_SIZE`): IB link without `-x`.
 pub const KEY_MSG_LEN_NO_GID: usize = 59;
+/// Size of the K message over perftest's rdma_cm control channel (`-R`): `struct
+/// pingpong_dest` as x86-64 lays it out, its integers big-endian (`HAVE_ENDIAN`).
+pub const KEY_MSG_LEN_RDMA_CM: usize = 56;
 /// Size of the MTU message for peers ≥ 5.31.
 pub const MTU_MSG_LEN: usize = 2;
 /// The final message, written by both sides and never read.
@@ -82,6 +85,9 @@ pub enum KeyFormat {
     Gid,
     /// 59 bytes, no GID.
     NoGid,
+    /// 56 bytes of binary `struct pingpong_dest`: perftest's `-R` control channel, where every
+    /// message is one RDMA SEND (`rdma_write_keys`/`rdma_read_keys`).
+    RdmaCm,
 }
 
 impl KeyFormat {
@@ -95,6 +101,7 @@ impl KeyFormat {
         match self {
             KeyFormat::Gid => KEY_MSG_LEN_GID,
             KeyFormat::NoGid => KEY_MSG_LEN_NO_GID,
+            KeyFormat::RdmaCm => KEY_MSG_LEN_RDMA_CM,
         }
     }
 }
@@ -155,11 +162,56 @@ impl PerftestDest {
         msg
     }
 
+    /// The 56-byte binary record of perftest's rdma_cm control channel: `int lid, out_reads,
+    /// qpn, psn; unsigned rkey;` 4 bytes of padding, `unsigned long long vaddr; union ibv_gid
+    /// gid; unsigned srqn; int gid_index`, the integers big-endian, the GID as is. We send
+    /// GID index 0 in the last field: perftest never reads it.
+    pub fn encode_rdma_cm(&self) -> [u8; KEY_MSG_LEN_RDMA_CM] {
+        let mut m = [0u8; KEY_MSG_LEN_RDMA_CM];
+        m[0..4].copy_from_slice(&u32::from(self.lid).to_be_bytes());
+        m[4..8].copy_from_slice(&u32::from(self.out_reads).to_be_bytes());
+        m[8..12].copy_from_slice(&(self.qpn & 0xff_ffff).to_be_bytes());
+        m[12..16].copy_from_slice(&(self.psn & 0xff_ffff).to_be_bytes());
+        m[16..20].copy_from_slice(&self.rkey.to_be_bytes());
+        m[24..32].copy_from_slice(&self.vaddr.to_be_bytes());
+        m[32..48].copy_from_slice(&self.gid);
+        m[48..52].copy_from_slice(&self.srqn.to_be_bytes());
+        m
+    }
+
+    /// Decodes the binary record as `rdma_read_keys` does: lid, out_reads, qpn, psn, rkey,
+    /// vaddr and gid (perftest leaves `srqn` and `gid_index` unread). Values are truncated to
+    /// the widths softroce keeps; never panics.
+    pub fn decode_rdma_cm(msg: &[u8]) -> Result<Self, OobError> {
+        let Some(m) = msg.get(..KEY_MSG_LEN_RDMA_CM) else {
+            return Err(OobError::Malformed {
+                what: WHAT_KEY,
+                detail: format!("{} bytes instead of {KEY_MSG_LEN_RDMA_CM}", msg.len()),
+            });
+        };
+        let u32_at = |o: usize| u32::from_be_bytes([m[o], m[o + 1], m[o + 2], m[o + 3]]);
+        let mut vaddr = [0u8; 8];
+        vaddr.copy_from_slice(&m[24..32]);
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&m[32..48]);
+        Ok(Self {
+            lid: u32_at(0) as u16,
+            out_reads: u32_at(4).min(u32::from(u16::MAX)) as u16,
+            qpn: u32_at(8) & 0xff_ffff,
+            psn: u32_at(12) & 0xff_ffff,
+            rkey: u32_at(16),
+            vaddr: u64::from_be_bytes(vaddr),
+            gid,
+            srqn: 0,
+        })
+    }
+
     /// The message in `format`.
     pub fn encode(&self, format: KeyFormat) -> Vec<u8> {
         match format {
             KeyFormat::Gid => self.encode_gid().to_vec(),
             KeyFormat::NoGid => self.encode_no_gid().to_vec(),
+            KeyFormat::RdmaCm => self.encode_rdma_cm().to_vec(),
         }
     }
 
@@ -169,10 +221,19 @@ impl PerftestDest {
     /// (hex digits in either case), the trailing `:` of the GID format, and the final NUL.
     /// Anything else is [`OobError::Malformed`]; never panics.
     pub fn decode(format: KeyFormat, msg: &[u8]) -> Result<Self, OobError> {
+        if format == KeyFormat::RdmaCm {
+            if msg.len() != KEY_MSG_LEN_RDMA_CM {
+                return Err(OobError::Malformed {
+                    what: WHAT_KEY,
+                    detail: format!("{} bytes instead of {KEY_MSG_LEN_RDMA_CM}", msg.len()),
+                });
+            }
+            return Self::decode_rdma_cm(msg);
+        }
         const HEAD: [usize; 6] = [4, 4, 6, 6, 8, 16];
         let widths: Vec<usize> = match format {
             KeyFormat::Gid => HEAD.iter().copied().chain([2; 16]).chain([8]).collect(),
-            KeyFormat::NoGid => HEAD.iter().copied().chain([8]).collect(),
+            KeyFormat::NoGid | KeyFormat::RdmaCm => HEAD.iter().copied().chain([8]).collect(),
         };
         let trailing_colon = format == KeyFormat::Gid;
         let bad = |detail: String| OobError::Malformed { what: WHAT_KEY, detail };
@@ -410,6 +471,7 @@ impl<S: Read + Write> Channel<S> {
         let theirs = match self.key_format {
             KeyFormat::Gid => self.exchange(&mine.encode_gid(), WHAT_KEY)?.to_vec(),
             KeyFormat::NoGid => self.exchange(&mine.encode_no_gid(), WHAT_KEY)?.to_vec(),
+            KeyFormat::RdmaCm => self.exchange(&mine.encode_rdma_cm(), WHAT_KEY)?.to_vec(),
         };
         PerftestDest::decode(self.key_format, &theirs)
     }
@@ -443,10 +505,13 @@ impl<S: Read + Write> Channel<S> {
 
 impl<S: SideChannel> Channel<S> {
     /// `ctx_close_connection()`: a final K, then D, then close (after
-    /// [`SideChannel::linger_close`], which drains the peer's `"done"`).
+    /// [`SideChannel::linger_close`], which drains the peer's `"done"`). Over the rdma_cm
+    /// control channel ([`KeyFormat::RdmaCm`]) there is no D.
     pub fn close(mut self, mine: &PerftestDest) -> Result<(), OobError> {
         self.hand_shake(mine)?;
-        self.write_done()?;
+        if self.key_format != KeyFormat::RdmaCm {
+            self.write_done()?;
+        }
         self.stream.linger_close();
         Ok(())
     }
@@ -554,6 +619,9 @@ pub struct SessionConfig {
     pub duration: bool,
     /// `--report-per-port` (four more R fields).
     pub report_per_port: bool,
+    /// `-R`: the test QPs are connected through rdma_cm (`create_rdma_cm_connection`): a K
+    /// before and after [`SessionHooks::setup`], which connects them, and no GID type check.
+    pub rdma_cm: bool,
 }
 
 impl SessionConfig {
@@ -568,6 +636,7 @@ impl SessionConfig {
             duplex: false,
             duration: false,
             report_per_port: false,
+            rdma_cm: false,
         }
     }
 }
@@ -698,12 +767,21 @@ pub fn run_session<S: SideChannel, H: SessionHooks>(
     }
     let mut ch = Channel::new(stream, cfg.role, cfg.key_format);
     let negotiated = ch.prologue(&cfg.local)?;
-    let local = hooks.setup(&negotiated).map_err(SessionError::Hook)?;
+    let local = if cfg.rdma_cm {
+        // `create_rdma_cm_connection`: a K (perftest's records are still zero) before the
+        // test QPs connect, and one after.
+        ch.hand_shake(&PerftestDest::default())?;
+        let local = hooks.setup(&negotiated).map_err(SessionError::Hook)?;
+        ch.hand_shake(local.first().unwrap_or(&PerftestDest::default()))?;
+        local
+    } else {
+        hooks.setup(&negotiated).map_err(SessionError::Hook)?
+    };
     if local.is_empty() {
         return Err(OobError::InvalidArgument("setup returned no QP records".into()).into());
     }
     let remote = vec![PerftestDest::default(); local.len()];
-    let mut s = Session { ch, negotiated, local, remote };
+    let mut s = Session { ch, negotiated, local, remote, rdma_cm: cfg.rdma_cm };
     let client = cfg.role == Role::Client;
     let rounds = cfg.run_mode.rounds();
     let run_all = matches!(cfg.run_mode, RunMode::AllSizes(_));
@@ -799,6 +877,7 @@ pub fn run_session<S: SideChannel, H: SessionHooks>(
                 hooks.show_footer();
                 // write_lat never closes explicitly: the process exits. Dropping does the same.
                 let Session { negotiated, local, remote, .. } = s;
+                // (Over rdma_cm, too, write_lat ends without a closing K.)
                 return Ok(SessionOutcome { negotiated, local, remote });
             }
             let outcome = s.close()?;
@@ -814,6 +893,8 @@ struct Session<S> {
     negotiated: Negotiated,
     local: Vec<PerftestDest>,
     remote: Vec<PerftestDest>,
+    /// `-R`: no GID type check.
+    rdma_cm: bool,
 }
 
 impl<S: SideChannel> Session<S> {
@@ -842,7 +923,7 @@ impl<S: SideChannel> Session<S> {
 
     /// GID type check, then the caller's QP connection.
     fn connect<H: SessionHooks>(&mut self, hooks: &mut H) -> Result<(), SessionError<H::Error>> {
-        if self.local[0].has_ipv4_mapped_gid() != self.remote[0].has_ipv4_mapped_gid() {
+        if !self.rdma_cm && self.local[0].has_ipv4_mapped_gid() != self.remote[0].has_ipv4_mapped_gid() {
             return Err(OobError::GidIncompatible.into());
         }
         hooks.connect(&self.remote).map_err(SessionError::Hook)
@@ -850,7 +931,7 @@ impl<S: SideChannel> Session<S> {
 
     /// Final K and D.
     fn close(self) -> Result<SessionOutcome, OobError> {
-        let Session { ch, negotiated, local, remote } = self;
+        let Session { ch, negotiated, local, remote, .. } = self;
         ch.close(&local[0])?;
         Ok(SessionOutcome { negotiated, local, remote })
     }
@@ -894,6 +975,28 @@ mod tests {
         assert_eq!(expected.len(), 108);
         assert_eq!(spec_dest().encode_gid().to_vec(), expected);
         assert_eq!(PerftestDest::decode(KeyFormat::Gid, &expected).unwrap(), spec_dest());
+    }
+
+    /// The `-R` record: `struct pingpong_dest` as x86-64 lays it out, big-endian integers,
+    /// the GID raw; what perftest's `rdma_read_keys` reads back.
+    #[test]
+    fn key_message_rdma_cm_format() {
+        let m = spec_dest().encode_rdma_cm();
+        assert_eq!(m.len(), 56);
+        assert_eq!(
+            &m[0..20],
+            &[0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0x11, 0, 0xa1, 0xb2, 0xc3, 0, 0, 0x12, 0x34]
+        );
+        assert_eq!(&m[20..24], &[0; 4], "padding after rkey");
+        assert_eq!(&m[24..32], &0x7f00_1234_5000u64.to_be_bytes());
+        assert_eq!(&m[32..48], &MAPPED_GID);
+        assert_eq!(PerftestDest::decode(KeyFormat::RdmaCm, &m).unwrap(), spec_dest());
+        assert!(PerftestDest::decode(KeyFormat::RdmaCm, &m[..55]).is_err());
+        // Out-of-range fields from a peer are truncated, never a panic.
+        let mut junk = [0xffu8; 56];
+        junk[4..8].copy_from_slice(&0x0001_0000u32.to_be_bytes());
+        let d = PerftestDest::decode(KeyFormat::RdmaCm, &junk).unwrap();
+        assert_eq!((d.qpn, d.psn, d.out_reads), (0xff_ffff, 0xff_ffff, u16::MAX));
     }
 
     #[test]

@@ -13,8 +13,10 @@ const AFTER_HELP: &str = concat!(
 Run the server (no host argument), then the client (with the server's address); the client \
 retries for --connect-timeout seconds while the server is not listening yet, so `server & \
 client` on one line works. Nothing but the MTU and the buffer geometry is negotiated: give \
-both sides the same -s, -n, -q, -a, -c, -D, -t and -b, exactly as with perftest. Pairs with \
-perftest 6.06 (Debian 12's perftest 4.5-0.17) in both directions and with another softroce.
+both sides the same -s, -n, -q, -a, -c, -D, -t, -b and -R, exactly as with perftest. Pairs with \
+perftest 6.06 (Debian 12's perftest 4.5-0.17) in both directions and with another softroce. \
+With -R the client retries a connection refused because the server is not listening yet for \
+--connect-timeout seconds, every 100 ms.
 
 ",
     crate::exit_codes!()
@@ -180,7 +182,8 @@ pub struct TestOpts {
     #[arg(short = 'A', long = "atomic_type", value_name = "TYPE")]
     pub atomic_type: Option<String>,
 
-    /// Connection type: RC (default), or UC for the write and send tests (UD comes later) [perftest -c/--connection]
+    /// Connection type: RC (default), UC for the write and send tests, UD for the send tests
+    /// (messages up to the MTU; receive buffers get 40 bytes of GRH room) [perftest -c/--connection]
     #[arg(short = 'c', long = "connection", value_name = "TYPE")]
     pub connection: Option<String>,
 
@@ -222,6 +225,12 @@ pub struct TestOpts {
     /// GRH traffic class (DSCP << 2 | ECN) [perftest --tclass]
     #[arg(long = "tclass", value_name = "TC")]
     pub tclass: Option<u8>,
+
+    /// Connect through rdma_cm instead of TCP: the parameter exchange runs over an RC QP that
+    /// the RDMA CM connects to port -p, then the test QPs connect through the CM too (RC, or
+    /// UD through SIDR with -c UD); pairs with perftest's -R [perftest -R/--rdma_cm]
+    #[arg(short = 'R', long = "rdma_cm")]
+    pub rdma_cm: bool,
 
     /// Print the result as one JSON object on stdout (the test, its parameters, both sides'
     /// QP records, the result rows and this side's CPU time); the usual perftest report then

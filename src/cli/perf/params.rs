@@ -94,6 +94,11 @@ pub struct Params {
     pub connection: ConnectionType,
     /// Notices perftest prints on stdout while applying its dependencies.
     pub notices: Vec<String>,
+    /// `-R`: connect through rdma_cm (the parameter exchange too).
+    pub rdma_cm: bool,
+    /// `-s` was given (perftest's `req_size`: a UD size above the MTU is then an error, not
+    /// lowered to the MTU).
+    pub req_size: bool,
 }
 
 impl Params {
@@ -182,9 +187,7 @@ pub fn resolve(test: PerftestTest, o: &TestOpts) -> Result<Params, CliError> {
         }
         Some("UC") => ConnectionType::Uc,
         Some("UD") if !send => return Err(usage("-c UD: UD connection only possible in SEND verb")),
-        Some("UD") => {
-            return Err(usage("-c UD: UD is not implemented in softroce perf yet; use -c RC or -c UC"));
-        }
+        Some("UD") => ConnectionType::Ud,
         Some(c @ ("XRC" | "DC" | "SRD" | "RawEth")) => {
             return Err(usage(format!(
                 "-c {c}: {c} is not supported by softroce (rxe has no {c} either); use -c RC"
@@ -192,7 +195,7 @@ pub fn resolve(test: PerftestTest, o: &TestOpts) -> Result<Params, CliError> {
         }
         Some(other) => {
             return Err(usage(format!(
-                "-c {other}: unknown connection type (choose RC or UC; UD comes later)"
+                "-c {other}: unknown connection type (choose RC, UC, or UD for the send tests)"
             )));
         }
     };
@@ -263,6 +266,12 @@ pub fn resolve(test: PerftestTest, o: &TestOpts) -> Result<Params, CliError> {
     }
     let duplex = o.bidirectional;
     let all = o.all;
+    if connection == ConnectionType::Ud && all {
+        return Err(usage("-a with -c UD: softroce perf runs UD at one size (-s, at most the MTU)"));
+    }
+    if connection == ConnectionType::Uc && o.rdma_cm {
+        return Err(usage("-c UC with -R: rdma_cm connects RC and UD QPs only; use -c RC (or leave -R out)"));
+    }
 
     // --- force_dependecies(), in perftest's order --------------------------------------------
     // 1. Iterations mode: depths no larger than the iterations.
@@ -366,6 +375,8 @@ pub fn resolve(test: PerftestTest, o: &TestOpts) -> Result<Params, CliError> {
         wait: o.wait,
         connection,
         notices,
+        rdma_cm: o.rdma_cm,
+        req_size: o.size.is_some(),
     })
 }
 
@@ -444,7 +455,12 @@ mod tests {
             (PerftestTest::AtomicBw, TestOpts { size: Some("16".into()), ..client() }, "Atomic"),
             (PerftestTest::AtomicLat, TestOpts { all: true, ..client() }, "Atomic"),
             (PerftestTest::WriteBw, TestOpts { connection: Some("UD".into()), ..client() }, "SEND verb"),
-            (PerftestTest::SendBw, TestOpts { connection: Some("UD".into()), ..client() }, "not implemented"),
+            (PerftestTest::SendBw, TestOpts { connection: Some("UD".into()), all: true, ..client() }, "UD"),
+            (
+                PerftestTest::SendBw,
+                TestOpts { connection: Some("UC".into()), rdma_cm: true, ..client() },
+                "rdma_cm",
+            ),
             (PerftestTest::ReadBw, TestOpts { connection: Some("UC".into()), ..client() }, "READ/ATOMIC"),
             (PerftestTest::WriteBw, TestOpts { iters: Some(4), ..client() }, "between 5 and"),
             (PerftestTest::WriteBw, TestOpts { events: true, ..client() }, "WRITE verb"),

@@ -6,12 +6,13 @@
 //! `report.rs` turns them into perftest's numbers with ticks = nanoseconds.
 
 use std::io::Write;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use softroce::verbs::{
-    Access, CompletionQueue, Device, Error as VerbsError, GidIndex, MemoryRegion, Mtu, Payload,
-    ProtectionDomain, Psn, QpAttrs, QpCaps, QpInitAttr, QpType, Qpn, QueuePair, RecvWr, RemoteAddr, Rkey,
-    SendOp, SendWr, WcStatus, WorkCompletion,
+    Access, AddressHandle, CompletionQueue, Device, Error as VerbsError, GidIndex, MemoryRegion, Mtu,
+    Payload, ProtectionDomain, Psn, Qkey, QpAttrs, QpCaps, QpInitAttr, QpType, Qpn, QueuePair, RecvWr,
+    RemoteAddr, Rkey, SendOp, SendWr, UdDest, WcStatus, WorkCompletion,
 };
 
 use crate::cli::common::{CliError, Progress, cpu_time, random_psn};
@@ -26,7 +27,11 @@ use crate::cli::report::{
     format_lat_row, format_test_info,
 };
 
+use super::cm::{CmCtx, GRH, TestQp};
 use super::params::{DurationMode, Params};
+
+/// perftest's `DEF_QKEY`: the Q_Key of UD QPs connected over the TCP exchange.
+const DEF_QKEY: u32 = 0x1111_1111;
 
 /// Added to every timestamp (see the module documentation).
 const TICK_OFFSET: u64 = 1_000_000_000;
@@ -151,11 +156,17 @@ pub enum Row {
 
 /// The verbs objects of a run.
 struct Resources {
-    qps: Vec<QueuePair>,
+    /// With `-R`, the rdma_cm ids of the QPs (dropped first: that disconnects them).
+    ids: Vec<softroce::verbs::cm::CmId>,
+    /// UD: where each QP sends (and the address handles that must outlive the sends).
+    ud: Vec<Option<UdDest>>,
+    _ahs: Vec<AddressHandle>,
+    _cm_peers: Vec<super::cm::UdPeer>,
+    qps: Vec<Arc<QueuePair>>,
     send_cq: CompletionQueue,
     recv_cq: Option<CompletionQueue>,
     mr: MemoryRegion,
-    _pd: ProtectionDomain,
+    pd: ProtectionDomain,
 }
 
 impl Resources {
@@ -390,6 +401,10 @@ pub struct Runner<'a> {
     /// Messages received and expected, when a receiver ended short because its peer had
     /// finished sending.
     short: Option<(u64, u64)>,
+    /// `-R`: the RDMA CM context that connects the test QPs.
+    cm: Option<&'a CmCtx>,
+    /// The message size (UD: lowered to the MTU when `-s` was not given).
+    size: u64,
 }
 
 impl<'a> Runner<'a> {
@@ -406,6 +421,8 @@ impl<'a> Runner<'a> {
         link: Option<std::net::TcpStream>,
     ) -> Self {
         Runner {
+            cm: None,
+            size: p.size,
             p,
             dev,
             out,
@@ -428,16 +445,22 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// The same connecting its test QPs through the RDMA CM (`-R`).
+    pub fn with_cm(self, cm: &'a CmCtx) -> Self {
+        Runner { cm: Some(cm), ..self }
+    }
+
     /// The error a run that ended short returns after its report: messages lost (UC), or a
     /// peer that sent fewer than this side expects.
     pub fn lost(&self) -> Option<CliError> {
         let (got, want) = self.short?;
         let drops = self.dev.counters().map_or(0, |c| c.rcvd_socket_drops);
-        let why = if self.p.connection == ConnectionType::Uc {
-            let mut why =
-                "UC does not retransmit: a message with a lost packet is lost, and the report above \
-                           counts the received ones"
-                    .to_string();
+        let why = if self.p.connection != ConnectionType::Rc {
+            let mut why = format!(
+                "{} does not retransmit: a message with a lost packet is lost, and the report above \
+                 counts the received ones",
+                self.p.connection.name()
+            );
             if drops > 0 {
                 why += &format!(
                     "; this side's receive socket dropped {drops} packets (rcvd_socket_drops): the sender \
@@ -498,6 +521,26 @@ impl<'a> Runner<'a> {
         self.p.role == Role::Client
     }
 
+    fn ud(&self) -> bool {
+        self.p.connection == ConnectionType::Ud
+    }
+
+    /// The message size of run `round`.
+    fn round_size(&self, round: usize) -> u64 {
+        if self.p.all { self.p.round_size(round) } else { self.size }
+    }
+
+    /// With `-R`: the client disconnects its test connections and waits a moment for the
+    /// peer's answer (`rdma_cm_disconnect_nodes`); then (both sides) the ids go.
+    pub fn close_cm(&mut self) {
+        if let (Some(cm), Some(r)) = (self.cm, self.res.as_mut()) {
+            if self.p.role == Role::Client {
+                cm.disconnect(&mut r.ids);
+            }
+            r.ids.clear();
+        }
+    }
+
     // --- posting ------------------------------------------------------------------------------
 
     /// Posts QP `qi`'s work request: `len` bytes at local offset `local`, to the peer's `vaddr +
@@ -522,6 +565,9 @@ impl<'a> Runner<'a> {
             r.mr.read(local as usize, &mut bytes).map_err(VerbsError::from)?;
             wr.payload = Payload::Inline(bytes.into_boxed_slice());
         }
+        if let Some(Some(dest)) = r.ud.get(qi) {
+            wr.ud = Some(*dest);
+        }
         let qp = r.qps.get(qi).ok_or_else(|| CliError::failed(format!("internal error: no QP {qi}")))?;
         qp.post_send(wr).map_err(|e| CliError::failed(format!("couldn't post send on QP {qi}: {e}")))
     }
@@ -529,6 +575,8 @@ impl<'a> Runner<'a> {
     /// Posts QP `qi`'s next receive of `len` bytes, cycling through its receive region like
     /// perftest (BW tests) or always at its start (latency tests).
     fn post_recv(&mut self, qi: usize, len: u64) -> Result<(), CliError> {
+        // UD receives start with the 40-byte GRH (perftest's `UD_ADDITION`).
+        let len = if self.ud() { len + GRH } else { len };
         let k = self.recv_posted[qi];
         let off = self.layout.recv(qi) + if self.p.test.is_bw() { self.layout.cycle(len, k) } else { 0 };
         let r = self.res()?;
@@ -1034,7 +1082,24 @@ impl<'a> Runner<'a> {
     fn create(&mut self, n: &Negotiated) -> Result<Vec<PerftestDest>, CliError> {
         let p = self.p;
         let nqps = p.num_qps as usize;
-        self.layout = Layout::new(p.size, nqps as u64, u64::from(n.cycle_buffer), u64::from(n.cache_line));
+        let ud = self.ud();
+        if ud {
+            // perftest's `check_mtu()`: UD messages fit in one packet.
+            let mtu = mtu_bytes(n.mtu);
+            if self.size > mtu {
+                if p.req_size {
+                    return Err(CliError::usage(format!(
+                        "-s {}: Max message size in UD cannot be greater than MTU ({mtu})",
+                        self.size
+                    )));
+                }
+                eprintln!(" Max msg size in UD is MTU {mtu}\n Changing to this MTU");
+                self.size = mtu;
+            }
+        }
+        // UD receive buffers carry the GRH first.
+        let buf_size = if ud { self.size + GRH } else { self.size };
+        self.layout = Layout::new(buf_size, nqps as u64, u64::from(n.cycle_buffer), u64::from(n.cache_line));
         let mr_len = usize::try_from(self.layout.mr_len())
             .map_err(|_| CliError::setup("the message buffers do not fit in memory"))?;
         // The size depends on the peer's page size: refuse what cannot be allocated rather
@@ -1043,14 +1108,17 @@ impl<'a> Runner<'a> {
         probe.try_reserve_exact(mr_len).map_err(|_| {
             CliError::setup(format!(
                 "cannot allocate {mr_len} bytes of message buffers (size {}, {nqps} QPs, page size {})",
-                p.size, n.cycle_buffer
+                self.size, n.cycle_buffer
             ))
         })?;
         drop(probe);
         let pd = self.dev.alloc_pd()?;
-        let send_cq = self.dev.create_cq((p.tx_depth as usize * nqps).max(1))?;
-        let recv_cq =
-            if p.is_send() { Some(self.dev.create_cq((p.rx_depth as usize * nqps).max(1))?) } else { None };
+        let send_cq = self.dev.create_cq((p.tx_depth as usize * nqps).max(1) + 1)?;
+        let recv_cq = if p.is_send() {
+            Some(self.dev.create_cq((p.rx_depth as usize * nqps).max(1) + 1)?)
+        } else {
+            None
+        };
         let remote_access = match p.verb() {
             Verb::Write => Access::REMOTE_WRITE,
             Verb::Read => Access::REMOTE_READ,
@@ -1068,16 +1136,25 @@ impl<'a> Runner<'a> {
             Verb::Send => Access::REMOTE_WRITE | Access::LOCAL_WRITE,
         };
         let gid = self.dev.gid(self.gid_index)?;
+        let qp_type = match p.connection {
+            ConnectionType::Rc => QpType::Rc,
+            ConnectionType::Uc => QpType::Uc,
+            ConnectionType::Ud => QpType::Ud,
+        };
         let mut qps = Vec::with_capacity(nqps);
         let mut dests = Vec::with_capacity(nqps);
+        let mut ids = Vec::new();
+        let mut ud_dests = Vec::with_capacity(nqps);
+        let mut cm_peers = Vec::new();
         for i in 0..nqps {
             let init = QpInitAttr {
-                qp_type: if p.connection == ConnectionType::Uc { QpType::Uc } else { QpType::Rc },
+                qp_type,
                 send_cq: &send_cq,
                 recv_cq: recv_cq.as_ref().unwrap_or(&send_cq),
                 cap: QpCaps {
                     max_send_wr: p.tx_depth,
-                    max_recv_wr: p.rx_depth,
+                    // One more for the UD QP-number message of `-R`.
+                    max_recv_wr: p.rx_depth + 1,
                     max_send_sge: 1,
                     max_recv_sge: 1,
                     max_inline_data: self.inline_size,
@@ -1085,9 +1162,34 @@ impl<'a> Runner<'a> {
                 sq_sig_all: false,
                 srq: None,
             };
-            let qp = pd.create_qp(&init)?;
-            qp.modify(&QpAttrs::init(qp_access))
-                .map_err(|e| CliError::failed(format!("Failed to modify QP to INIT: {e}")))?;
+            let qp = if let Some(cm) = self.cm {
+                let t = TestQp {
+                    pd: &pd,
+                    send_cq: &send_cq,
+                    recv_cq: recv_cq.as_ref().unwrap_or(&send_cq),
+                    mr: &mr,
+                    recv_off: self.layout.recv(i),
+                    init,
+                    ud,
+                    exchange_qpn: ud && (!p.test.is_bw() || p.duplex),
+                    read_atomic: p.is_read_or_atomic(),
+                    out_reads: self.out_reads.min(255) as u8,
+                    gid_index: self.gid_index,
+                };
+                let (id, qp, peer) = cm.connect_test_qp(&t)?;
+                ud_dests.push(peer.as_ref().map(|p| p.dest));
+                cm_peers.extend(peer);
+                ids.push(id);
+                qp
+            } else {
+                let qp = Arc::new(pd.create_qp(&init)?);
+                let init_attrs =
+                    if ud { QpAttrs::init_ud(Qkey::new(DEF_QKEY)) } else { QpAttrs::init(qp_access) };
+                qp.modify(&init_attrs)
+                    .map_err(|e| CliError::failed(format!("Failed to modify QP to INIT: {e}")))?;
+                ud_dests.push(None);
+                qp
+            };
             dests.push(PerftestDest {
                 lid: self.dev.query_port().lid,
                 out_reads: self.out_reads as u16,
@@ -1101,7 +1203,17 @@ impl<'a> Runner<'a> {
             qps.push(qp);
         }
         self.recv_posted = vec![0; nqps];
-        self.res = Some(Resources { qps, send_cq, recv_cq, mr, _pd: pd });
+        self.res = Some(Resources {
+            ids,
+            ud: ud_dests,
+            _ahs: Vec::new(),
+            _cm_peers: cm_peers,
+            qps,
+            send_cq,
+            recv_cq,
+            mr,
+            pd,
+        });
         Ok(dests)
     }
 
@@ -1134,12 +1246,19 @@ impl<'a> Runner<'a> {
             gid_index: i32::from(self.gid_index.value()),
             inline_size: self.inline_size,
             out_reads: self.out_reads,
-            rdma_cm: false,
+            rdma_cm: p.rdma_cm,
         }
     }
 
     fn connect_qps(&mut self, remote: &[PerftestDest], mtu: Mtu) -> Result<(), CliError> {
         let p = self.p;
+        if self.cm.is_some() {
+            // The RDMA CM has connected them.
+            return Ok(());
+        }
+        if self.ud() {
+            return self.connect_ud(remote);
+        }
         let rts = !p.test.is_bw() || self.is_client() || p.duplex;
         let r = self.res()?;
         for (i, qp) in r.qps.iter().enumerate() {
@@ -1186,6 +1305,39 @@ impl<'a> Runner<'a> {
         Ok(())
     }
 
+    /// perftest's `ctx_connect` for UD: RTR, RTS, and an address handle to the peer's GID
+    /// for the sides that send (client, latency, duplex).
+    fn connect_ud(&mut self, remote: &[PerftestDest]) -> Result<(), CliError> {
+        let p = self.p;
+        let sends = self.is_client() || !p.test.is_bw() || p.duplex;
+        let psns: Vec<u32> = (0..remote.len()).map(|i| self.p_psn(i)).collect();
+        let gid_index = self.gid_index;
+        let r = self.res.as_mut().ok_or_else(|| CliError::failed("internal error: no verbs resources"))?;
+        for (i, qp) in r.qps.iter().enumerate() {
+            qp.modify(&QpAttrs::rtr_ud())
+                .map_err(|e| CliError::failed(format!("Failed to modify QP to RTR: {e}")))?;
+            qp.modify(&QpAttrs::rts_unreliable(Psn::new(psns.get(i).copied().unwrap_or(0))))
+                .map_err(|e| CliError::failed(format!("Failed to modify QP to RTS: {e}")))?;
+            if sends {
+                let peer = remote.get(i).copied().unwrap_or_default();
+                let av = softroce::verbs::AddressVector {
+                    dgid: softroce::verbs::Gid(peer.gid),
+                    sgid_index: gid_index,
+                    hop_limit: 0xff,
+                    traffic_class: p.tclass,
+                    flow_label: 0,
+                    sl: p.sl,
+                };
+                let ah =
+                    r.pd.create_ah(&av)
+                        .map_err(|e| CliError::failed(format!("Failed to create AH for UD: {e}")))?;
+                r.ud[i] = Some(ah.dest(Qpn::new(peer.qpn), Qkey::new(DEF_QKEY)));
+                r._ahs.push(ah);
+            }
+        }
+        Ok(())
+    }
+
     fn p_psn(&self, i: usize) -> u32 {
         self.local.get(i).map_or(0, |d| d.psn)
     }
@@ -1193,7 +1345,7 @@ impl<'a> Runner<'a> {
     fn round(&mut self, round: usize) -> Result<Option<BwReport>, CliError> {
         use PerftestTest::*;
         let p = self.p;
-        let size = p.round_size(round);
+        let size = self.round_size(round);
         match p.test {
             WriteBw | ReadBw | AtomicBw => {
                 let r = self.bw_client(size)?;
@@ -1281,7 +1433,7 @@ impl SessionHooks for Runner<'_> {
         if !p.is_send() || (p.test.is_bw() && self.is_client() && !p.duplex) {
             return Ok(());
         }
-        let size = p.round_size(round);
+        let size = self.round_size(round);
         for qi in 0..p.num_qps as usize {
             self.recv_posted[qi] = 0;
             for _ in 0..p.rx_depth {

@@ -563,9 +563,11 @@ impl CmId {
         Ok(self.qp.as_deref().expect("just set"))
     }
 
-    /// `rdma_create_qp` with a QP made elsewhere (by a C library over the same device): moves
-    /// it to INIT, as [`CmId::create_qp`] does, and makes it the id's QP, which `connect` and
-    /// `accept` then take to RTR and RTS.
+    /// `rdma_create_qp` with a QP made elsewhere (by a C library over the same device, or an
+    /// application that keeps its own handle): moves it to INIT, as [`CmId::create_qp`] does,
+    /// and makes it the id's QP, which `connect` and `accept` then take to RTR and RTS. A UD
+    /// QP (on an id in the UDP port space) goes from RESET straight to RTS with Q_Key
+    /// 0x01234567, as [`CmId::create_qp`] takes it.
     pub fn attach_qp(&mut self, qp: Arc<QueuePair>) -> Result<()> {
         let dev =
             self.dev.as_ref().ok_or(Error::InvalidArgument("resolve or bind the id to a device first"))?;
@@ -575,8 +577,21 @@ impl CmId {
         if !qp.device().same(dev) {
             return Err(Error::InvalidArgument("the QP is on another device"));
         }
-        if qp.qp_type() != QpType::Rc {
-            return Err(Error::NotSupported("rdma_cm ids of QP types other than RC"));
+        let ud = self.inner.qp_type == RdmaQpType::Ud;
+        match (ud, qp.qp_type()) {
+            (false, QpType::Rc) => {}
+            (true, QpType::Ud) => {
+                if qp.state() == QpState::Reset {
+                    qp.modify(&QpAttrs::init_ud(Qkey::new(RDMA_UDP_QKEY)))?;
+                    qp.modify(&QpAttrs::rtr_ud())?;
+                    qp.modify(&QpAttrs::rts_unreliable(Psn::new(0)))?;
+                }
+                self.inner.st.lock().qp = Some(qp.clone());
+                self.qp = Some(qp);
+                return Ok(());
+            }
+            (true, _) => return Err(Error::InvalidArgument("an id in the UDP port space takes a UD QP")),
+            (false, _) => return Err(Error::NotSupported("rdma_cm ids of QP types other than RC")),
         }
         if qp.state() == QpState::Reset {
             qp.modify(&QpAttrs::init(
