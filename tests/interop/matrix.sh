@@ -323,10 +323,11 @@ for mtu in 1500 9000; do
     #     (SIDR status 2: UNREACHABLE, error 2).
     if [ $pmtu = 1024 ]; then
         for t in udaddy ucmatose; do
-            rxe_port=rdma_cm run "$t-sr2rxe" $pmtu "" $t "-c 2 -C 10" "softroce → rxe" server \
-                "$t -b $VM -c 2 -C 10" "$SR $t -s $VM -b $HOST -c 2 -C 10" '^return status 0$'
-            rxe_port=rdma_cm run "$t-rxe2sr" $pmtu "" $t "-c 2 -C 10" "rxe → softroce" client \
-                "$t -s $HOST -b $VM -c 2 -C 10" "$SR $t -b $HOST -c 2 -C 10" '^return status 0$'
+            # (-c 8: eight connections at once from one process, as issue 11 asks)
+            rxe_port=rdma_cm run "$t-sr2rxe" $pmtu "" $t "-c 8 -C 10" "softroce → rxe" server \
+                "$t -b $VM -c 8 -C 10" "$SR $t -s $VM -b $HOST -c 8 -C 10" '^return status 0$'
+            rxe_port=rdma_cm run "$t-rxe2sr" $pmtu "" $t "-c 8 -C 10" "rxe → softroce" client \
+                "$t -s $HOST -b $VM -c 8 -C 10" "$SR $t -b $HOST -c 8 -C 10" '^return status 0$'
         done
         rxe_port=rdma_cm run "refused-rping-sr2rxe" $pmtu "" rping "no listener: REJ 8" "softroce → rxe" server \
             "echo nobody listens on 7999" "timeout 20 $SR rping -c -a $VM -p 7999 -C 1; echo softroce exit \$?" \
