@@ -184,7 +184,12 @@ pub fn pair(
             return (sout, cout);
         }
         if refused_unheard(&cout) && reruns.len() < 4 {
-            reruns.push(cout.lines().find(|l| l.contains("REJECTED") || l.contains("bl blka")).unwrap_or("").to_string());
+            reruns.push(
+                cout.lines()
+                    .find(|l| l.contains("REJECTED") || l.contains("bl blka"))
+                    .unwrap_or("")
+                    .to_string(),
+            );
             std::thread::sleep(Duration::from_millis(200));
             continue;
         }
