@@ -390,7 +390,7 @@ for mtu in 1500 9000; do
             # librdmacm.so.1 + libibverbs.so.1 (abi/rdmacm) <-> the same programs on rxe, both
             # directions: rping -V (64 and 4000 bytes), ucmatose (RC, 2 connections), udaddy (UD
             # through SIDR, 2 ids) and perftest -R (connected by rdma_cm: write/read/send
-            # bandwidth, send latency). Small counts: about 100 s for the 13 rows.
+            # bandwidth, send latency). Small counts: 65-100 s for the 13 rows.
             if [ -e "$LIBDIR/librdmacm.so.1" ]; then
                 # (one size per direction: a row costs ~7 s, mostly the capture and the wait
                 # for the rxe listener, whatever the count)
