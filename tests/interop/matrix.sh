@@ -9,10 +9,10 @@
 #                                          raw subset, rows marked udp / raw)
 #
 # (rows: ibv_*_pingpong, perftest, labpeer, librdmacm's rping, udaddy and ucmatose, kvpeer, and
-# Debian's binaries through softroce's drop-in libibverbs.so.1 on the host side)
-# Needs the softroce binary, examples and drop-in library built (MATRIX_BIN_DIR, default
+# Debian's binaries through softroce's drop-in libibverbs.so.1 and librdmacm.so.1 on the host side)
+# Needs the softroce binary, examples and drop-in libraries built (MATRIX_BIN_DIR, default
 # target/release):
-#   cargo build --release --bin softroce --example lab --example kvstore && cargo build --release -p softroce-ibverbs
+#   cargo build --release --bin softroce --example lab --example kvstore && cargo build --release -p softroce-ibverbs -p softroce-rdmacm
 # Writes $RIG_WORK/matrix/summary.md (the table docs/interop.md shows; UPDATE_DOCS=1 writes it
 # into docs/interop.md too) and one log and one pcap per run; exit 0 only if every run passed.
 #
@@ -411,6 +411,38 @@ for mtu in 1500 9000; do
                 need=2 rxe_port=18515 run "abi-$tool-rxe2sr" $pmtu "" "ib_$tool (drop-in lib)" "defaults, 200 iters" "rxe → softroce" client \
                     "ib_$tool -x 1 -n 200 $HOST" "$DL ib_$tool -d softroce0 -x 1 -n 200" "$PERF_OK"
             done
+            # ---- Debian's rdma_cm programs on the host through softroce's drop-in
+            # librdmacm.so.1 + libibverbs.so.1 (abi/rdmacm) <-> the same programs on rxe, both
+            # directions: rping -V (64 and 4000 bytes), ucmatose (RC, 2 connections), udaddy (UD
+            # through SIDR, 2 ids) and perftest -R (connected by rdma_cm: write/read/send
+            # bandwidth, send latency). Small counts: 65-100 s for the 13 rows.
+            if [ -e "$LIBDIR/librdmacm.so.1" ]; then
+                # (one size per direction: a row costs ~7 s, mostly the capture and the wait
+                # for the rxe listener, whatever the count)
+                rxe_port=rdma_cm run "abi-cm-rping-sr2rxe-64" $pmtu "" "rping (drop-in librdmacm)" "-V -S 64 -C 10" "softroce → rxe" server \
+                    "rping -s -a $VM -v -V -S 64" "$DL rping -c -a $VM -v -V -C 10 -S 64" "ping data: rdma-ping-9:"
+                rxe_port=rdma_cm run "abi-cm-rping-rxe2sr-4000" $pmtu "" "rping (drop-in librdmacm)" "-V -S 4000 -C 10" "rxe → softroce" client \
+                    "rping -c -a $HOST -v -V -C 10 -S 4000" "$DL rping -s -a $HOST -v -V -S 4000" "ping data: rdma-ping-9:"
+                for t in ucmatose udaddy; do
+                    rxe_port=rdma_cm run "abi-cm-$t-sr2rxe" $pmtu "" "$t (drop-in librdmacm)" "-c 2 -C 10" "softroce → rxe" server \
+                        "$t -b $VM -c 2 -C 10" "$DL $t -s $VM -b $HOST -c 2 -C 10" '^return status 0$'
+                    rxe_port=rdma_cm run "abi-cm-$t-rxe2sr" $pmtu "" "$t (drop-in librdmacm)" "-c 2 -C 10" "rxe → softroce" client \
+                        "$t -s $HOST -b $VM -c 2 -C 10" "$DL $t -b $HOST -c 2 -C 10" '^return status 0$'
+                done
+                # (ib_send_lat -R only with rxe as the client: perftest 4.5's latency tests
+                # connect their test QP right after the parameter exchange, and a softroce
+                # client reaches the TCG guest before its server listens again: REJ 8, which
+                # this perftest cannot retry; the bandwidth tests exchange more first)
+                for tool in write_bw read_bw send_bw send_lat; do
+                    [ $tool != send_lat ] && need=2 rxe_port=rdma_cm run "abi-cm-R-$tool-sr2rxe" $pmtu "" "ib_$tool -R (drop-in librdmacm)" "rdma_cm, 100 iters" "softroce → rxe" server \
+                        "ib_$tool -R -F -n 100" "$DL ib_$tool -R -F -d softroce0 -n 100 $VM" "$PERF_OK"
+                    need=2 rxe_port=rdma_cm run "abi-cm-R-$tool-rxe2sr" $pmtu "" "ib_$tool -R (drop-in librdmacm)" "rdma_cm, 100 iters" "rxe → softroce" client \
+                        "ib_$tool -R -F -n 100 $HOST" "$DL ib_$tool -R -F -d softroce0 -n 100" "$PERF_OK"
+                done
+            else
+                say "no drop-in librdmacm in $LIBDIR (cargo build --release -p softroce-rdmacm): its rows fail"
+                FAIL=$((FAIL + 1))
+            fi
         else
             say "no drop-in library beside $SR (cargo build --release -p softroce-ibverbs): its rows fail"
             FAIL=$((FAIL + 1))

@@ -70,9 +70,29 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
 
 const IBV_WC_GRH: u32 = 1;
 
-/// `ibv_init_ah_from_wc`: the reply address of a received UD (or RC) message: the GRH's
-/// source GID as destination, the local GID it was sent to as source (its index in our
-/// table). -1 with `EINVAL` without a GRH or for a GID not ours.
+/// Which IP header a UD receive buffer's 40-byte GRH slot holds: 6 (an IPv6 header, the whole
+/// slot) or 4 (an IPv4 header in its last 20 bytes, RoCEv2 over IPv4), as libibverbs decides
+/// it: an IPv6 version nibble means IPv6 unless the last 20 bytes are a valid IPv4 header
+/// (IHL 5, a right checksum); without one, an IPv4 version nibble at byte 20 means IPv4.
+fn grh_version(g: &[u8; 40]) -> Option<u8> {
+    let v4 = &g[20..];
+    if g[0] >> 4 != 6 {
+        return (v4[0] >> 4 == 4).then_some(4);
+    }
+    if v4[0] != 0x45 {
+        return Some(6);
+    }
+    let sum: u32 = v4.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+    let folded = (sum & 0xffff) + (sum >> 16);
+    let folded = (folded & 0xffff) + (folded >> 16);
+    Some(if folded == 0xffff { 4 } else { 6 })
+}
+
+/// `ibv_init_ah_from_wc`: the reply address of a received UD (or RC) message: the source
+/// address of the IP header in the GRH slot (an IPv6 header, or RoCEv2's IPv4 header in its
+/// last 20 bytes, as an IPv4-mapped GID) as destination, the local address it was sent to as
+/// source (its index in our GID table). -1 with `EINVAL` without a GRH or for an address not
+/// ours, `EPROTONOSUPPORT` for a slot holding neither header.
 ///
 /// # Safety
 /// `ctx` is a context of ours; `wc`, `grh` readable; `attr` writable.
@@ -89,16 +109,29 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         if wc.is_null() || grh.is_null() || attr.is_null() || port != 1 {
             return Err(libc::EINVAL);
         }
-        // SAFETY: per the caller.
-        let (w, g) = unsafe { (*wc, *grh) };
+        // SAFETY: per the caller; a GRH slot is 40 readable bytes.
+        let (w, raw) = unsafe { (*wc, grh.cast::<[u8; 40]>().read_unaligned()) };
         if w.wc_flags & IBV_WC_GRH == 0 {
             return Err(libc::EINVAL);
         }
-        // SAFETY: ibv_gid is plain bytes.
-        let (sgid, dgid) = unsafe { (g.sgid.raw, g.dgid.raw) };
-        let local = softroce::verbs::Gid(dgid);
-        let idx = c.rt.info.gids.iter().position(|gid| gid.0 == local.0).ok_or(libc::EINVAL)?;
-        let vtf = u32::from_be(g.version_tclass_flow);
+        let vtf = u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]);
+        let (sgid, dgid, traffic_class) = match grh_version(&raw).ok_or(libc::EPROTONOSUPPORT)? {
+            4 => {
+                let mapped = |b: &[u8]| {
+                    let ip = std::net::Ipv4Addr::new(b[0], b[1], b[2], b[3]);
+                    ip.to_ipv6_mapped().octets()
+                };
+                (mapped(&raw[32..36]), mapped(&raw[36..40]), raw[21])
+            }
+            _ => {
+                let mut s = [0u8; 16];
+                let mut d = [0u8; 16];
+                s.copy_from_slice(&raw[8..24]);
+                d.copy_from_slice(&raw[24..40]);
+                (s, d, ((vtf >> 20) & 0xff) as u8)
+            }
+        };
+        let idx = c.rt.info.gids.iter().position(|gid| gid.0 == dgid).ok_or(libc::EINVAL)?;
         // SAFETY: per the caller.
         unsafe {
             attr.write(ibv_ah_attr {
@@ -107,7 +140,7 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
                     flow_label: vtf & 0xf_ffff,
                     sgid_index: idx as u8,
                     hop_limit: 0xff,
-                    traffic_class: ((vtf >> 20) & 0xff) as u8,
+                    traffic_class,
                 },
                 dlid: w.slid,
                 sl: w.sl,
@@ -142,4 +175,38 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
         }
         create(pd, &attr)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grh_version;
+
+    #[test]
+    fn grh_slot_holds_ipv4_or_ipv6() {
+        // RoCEv2 over IPv4: the 20-byte header (checksum right) in the slot's last 20 bytes.
+        let mut g = [0u8; 40];
+        g[20..].copy_from_slice(&[
+            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8, 0x00, 0x01,
+            0xc0, 0xa8, 0x00, 0xc7,
+        ]);
+        let sum: u32 = g[20..].chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+        let ck = !(((sum & 0xffff) + (sum >> 16)) as u16);
+        g[30..32].copy_from_slice(&ck.to_be_bytes());
+        assert_eq!(grh_version(&g), Some(4));
+        // An IPv6 header: version 6 and no valid IPv4 header behind it.
+        let mut g6 = [0u8; 40];
+        g6[0] = 0x60;
+        g6[6] = 17;
+        g6[7] = 64;
+        g6[8..24].copy_from_slice(&[0xfd, 0x77, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        g6[24..40].copy_from_slice(&[0xfd, 0x77, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        assert_eq!(grh_version(&g6), Some(6));
+        // Neither.
+        assert_eq!(grh_version(&[0u8; 40]), None);
+        // An IPv4-looking tail with a bad checksum behind a version-6 nibble: IPv6.
+        let mut bad = g;
+        bad[0] = 0x60;
+        bad[31] ^= 1;
+        assert_eq!(grh_version(&bad), Some(6));
+    }
 }

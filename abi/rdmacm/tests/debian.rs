@@ -1,6 +1,7 @@
 //! Debian's unmodified rdma_cm programs on softroce, two processes on loopback, each with our
 //! `libibverbs.so.1` + `librdmacm.so.1` and a loopback address of its own: rping (several
-//! sizes, `-V`, `-C 1000`), ucmatose (several connections), rdma_server/rdma_client (the
+//! sizes, `-V`, `-C 1000`), ucmatose (several connections), udaddy (UD through SIDR, also
+//! against the native `softroce udaddy`), rdma_server/rdma_client (the
 //! synchronous `rdma_create_ep` API), perftest `-R` (send/write/read bandwidth, send/write
 //! latency), and REJECTED for a port nobody listens on. About 10 s in all on an idle machine.
 
@@ -330,4 +331,93 @@ fn native_perf_ud_send_bw() {
 #[test]
 fn native_perf_ud_send_lat() {
     perf_native("ib_send_lat", &["-c", "UD", "-n", "200", "-s", "64"]);
+}
+
+/// udaddy's server and client: UD ids in the UDP port space, each request a SIDR_REQ answered
+/// by `rdma_accept`'s SIDR_REP; the client's ESTABLISHED carries `rdma_ud_param` (its address
+/// handle from `ah_attr`, the server's QP number and Q_Key), the server answers through
+/// `ibv_create_ah_from_wc` (the IPv4 header in the receive buffer's GRH slot) and the Q_Key
+/// `ibv_query_qp` reports. udaddy's port is fixed (7174): each pair has addresses of its own.
+#[test]
+fn udaddy_several_connections() {
+    if !have("udaddy_several_connections", &["/usr/bin/udaddy"]) {
+        return;
+    }
+    for (c, n, size) in [("1", "10", "100"), ("4", "20", "1000")] {
+        let (s, cl) = pair(
+            &format!("udaddy{c}"),
+            "/usr/bin/udaddy",
+            |ip| args(&["-b", ip, "-c", c, "-C", n, "-S", size]),
+            |ip| args(&["-s", ip, "-c", c, "-C", n, "-S", size]),
+            LIMIT,
+        );
+        for out in [&s, &cl] {
+            assert!(out.contains("data transfers complete") && out.contains("return status 0"), "{out}");
+        }
+        assert!(s.contains("sending replies"), "{s}");
+    }
+}
+
+/// A UD request to an address nobody listens on: the SIDR_REP's status 1 (no such service ID),
+/// which librdmacm reports as UNREACHABLE with that status (the kernel's `cma_sidr_rep_handler`).
+#[test]
+fn udaddy_to_a_port_nobody_listens_on_is_unreachable() {
+    if !have("udaddy_to_a_port_nobody_listens_on_is_unreachable", &["/usr/bin/udaddy", "/usr/bin/rping"]) {
+        return;
+    }
+    let dir = lib_dir("udrej");
+    let (sip, cip) = (addr(), addr());
+    // Something must own the server address: an rping server (no UD listener on 7174).
+    let srv = spawn(&dir, &sip, "/usr/bin/rping", &["-s", "-a", &sip, "-p", &port()]);
+    let t = std::time::Instant::now();
+    while !roce_bound(&sip) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (ok, out) = finish(spawn(&dir, &cip, "/usr/bin/udaddy", &["-s", &sip, "-b", &cip, "-C", "1"]), LIMIT);
+    let mut srv = srv;
+    let _ = srv.kill();
+    let _ = srv.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!ok, "{out}");
+    assert!(out.contains("event: RDMA_CM_EVENT_UNREACHABLE, error: 1"), "{out}");
+}
+
+/// Debian's udaddy through our librdmacm against the native `softroce udaddy` (the Rust RDMA
+/// CM), both roles.
+#[test]
+fn udaddy_pairs_with_native_softroce_udaddy() {
+    if !have("udaddy_pairs_with_native_softroce_udaddy", &["/usr/bin/udaddy"]) {
+        return;
+    }
+    let native = softroce_bin();
+    let dir = lib_dir("udcross");
+    for debian_server in [true, false] {
+        let (sip, cip) = (addr(), addr());
+        let common = ["-c", "2", "-C", "10", "-S", "500"];
+        let (sprog, cprog) = if debian_server {
+            ("/usr/bin/udaddy", native.to_str().unwrap())
+        } else {
+            (native.to_str().unwrap(), "/usr/bin/udaddy")
+        };
+        let pre = |prog: &str| if prog == "/usr/bin/udaddy" { vec![] } else { vec!["udaddy"] };
+        let mut a = pre(sprog);
+        a.extend_from_slice(&["-b", &sip]);
+        a.extend_from_slice(&common);
+        let srv = spawn(&dir, &sip, sprog, &a);
+        let t = std::time::Instant::now();
+        while !roce_bound(&sip) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let mut a = pre(cprog);
+        a.extend_from_slice(&["-s", &sip, "-b", &cip]);
+        a.extend_from_slice(&common);
+        let (cok, cout) = finish(spawn(&dir, &cip, cprog, &a), LIMIT);
+        let (sok, sout) = finish(srv, Duration::from_secs(10));
+        assert!(cok && sok, "debian server: {debian_server}\n--- server:\n{sout}\n--- client:\n{cout}");
+        for out in [&sout, &cout] {
+            assert!(out.contains("return status 0"), "{out}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

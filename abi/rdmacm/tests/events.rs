@@ -4,7 +4,8 @@
 //! reject, CONNECT_REQUEST with a new id and the request's private data, ESTABLISHED with the
 //! QP in RTS, DISCONNECTED on both sides, `rdma_destroy_id` waiting for an unacknowledged
 //! event, a synchronous `rdma_connect` refused with ECONNREFUSED, `rdma_getaddrinfo` of a host
-//! name, `rdma_get_devices`.
+//! name, `rdma_get_devices`; and (tests/c/cmoptions.c) `rdma_set_option` and UD ids through
+//! SIDR.
 
 mod common;
 
@@ -13,14 +14,15 @@ use std::time::Duration;
 
 use common::*;
 
-#[test]
-fn event_semantics() {
-    if !require("event_semantics", &[SYSTEM_LIB, "/usr/include/rdma/rdma_cma.h"], "librdmacm-dev") {
-        return;
+/// Builds `tests/c/<name>.c` against the installed headers and runs it on our libraries with
+/// a fresh address and port; its output (the test fails if it does).
+fn run_c(name: &str) -> Option<String> {
+    if !require(name, &[SYSTEM_LIB, "/usr/include/rdma/rdma_cma.h"], "librdmacm-dev") {
+        return None;
     }
-    let dir = lib_dir("events");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cmevents.c");
-    let exe = dir.join("cmevents");
+    let dir = lib_dir(name);
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let exe = dir.join(name);
     let out = Command::new("gcc")
         .args(["-Wall", "-Werror", "-O1", "-o"])
         .arg(&exe)
@@ -33,6 +35,12 @@ fn event_semantics() {
     let (ok, out) = finish(spawn(&dir, &ip, exe.to_str().unwrap(), &[&ip, &port()]), Duration::from_secs(20));
     let _ = std::fs::remove_dir_all(&dir);
     assert!(ok, "{out}");
+    Some(out)
+}
+
+#[test]
+fn event_semantics() {
+    let Some(out) = run_c("cmevents") else { return };
     for what in [
         "nonblocking",
         "rejected-no-listener",
@@ -43,6 +51,20 @@ fn event_semantics() {
         "sync-refused",
         "addrinfo-devices",
     ] {
+        assert!(out.contains(&format!("ok {what}\n")), "{what}:\n{out}");
+    }
+}
+
+/// `rdma_set_option` (tests/c/cmoptions.c): TOS and ACK_TIMEOUT reach the connected QP (its
+/// traffic class and local ACK timeout, as `ibv_query_qp` reports them), REUSEADDR/AFONLY are
+/// refused once the id is past binding, wrong sizes and names answer EINVAL/ENOSYS; and UD ids
+/// through SIDR with the event API: CONNECT_REQUEST with the private data, `rdma_accept`,
+/// ESTABLISHED with `rdma_ud_param` (the peer's QP number, Q_Key 0x01234567, an `ah_attr`
+/// `ibv_create_ah` takes), UNREACHABLE status 2 for `rdma_reject` and 1 with no listener.
+#[test]
+fn options_and_ud_ids() {
+    let Some(out) = run_c("cmoptions") else { return };
+    for what in ["option-checks", "tos-and-ack-timeout", "ud-accept", "ud-unreachable"] {
         assert!(out.contains(&format!("ok {what}\n")), "{what}:\n{out}");
     }
 }

@@ -69,6 +69,10 @@ struct IdSt {
     conn: Option<ConnParam>,
     /// DISCONNECTED was queued.
     disconnected: bool,
+    /// `rdma_set_option(RDMA_OPTION_ID_TOS)`: the route's traffic class.
+    tos: Option<u8>,
+    /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`: the QP's local ACK timeout.
+    ack_timeout: Option<u8>,
 }
 
 /// An id, as the engine's side and the application's share it.
@@ -110,6 +114,8 @@ impl IdInner {
                 rep: None,
                 conn: None,
                 disconnected: false,
+                tos: None,
+                ack_timeout: None,
             }),
             outstanding: AtomicUsize::new(0),
         })
@@ -161,13 +167,14 @@ impl IdInner {
             let st = self.st.lock();
             (st.qp.clone(), st.ib, st.dev.clone(), st.seq_num, st.conn.clone())
         };
+        let ack_timeout = self.st.lock().ack_timeout;
         let (Some(ib), Some(dev)) = (ib, dev.and_then(|d| d.upgrade())) else {
             return (CmEventType::ConnectError, -libc::ENODEV);
         };
         let Some(qp) = qp else { return (CmEventType::ConnectResponse, 0) };
         let r = (|| -> Result<()> {
             let attrs = dev.shared.cm_call(move |cm, _| cm.qp_attrs(ib))??;
-            move_qp(&qp, &dev, attrs, seq, conn.as_ref())?;
+            move_qp(&qp, &dev, attrs, seq, conn.as_ref(), ack_timeout)?;
             dev.shared.cm_call(move |cm, now| cm.ready_to_use(now, ib, &[]))??;
             Ok(())
         })();
@@ -419,8 +426,33 @@ impl CmId {
         self.wait_sync(CmEventType::AddrResolved)
     }
 
+    /// `rdma_set_option(RDMA_OPTION_ID_TOS)` (`rdma_set_service_type`): the type of service of
+    /// the route resolved after it (the traffic class of the path, hence of the REQ's GRH
+    /// fields and the QP's address vector), as Linux applies it at route resolution.
+    pub fn set_tos(&mut self, tos: u8) {
+        self.inner.st.lock().tos = Some(tos);
+    }
+
+    /// The type of service [`CmId::set_tos`] gave (0 by default).
+    pub fn tos(&self) -> u8 {
+        self.inner.st.lock().tos.unwrap_or(0)
+    }
+
+    /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)` (`rdma_set_ack_timeout`): the local ACK
+    /// timeout (4.096 µs × 2^`timeout`) the QP gets at RTS instead of the CM's; set before the
+    /// route is resolved, it also sets the path's packet life time (`timeout` − 1), as Linux.
+    /// `EINVAL` style [`Error::InvalidArgument`] for an id that is not RC.
+    pub fn set_ack_timeout(&mut self, timeout: u8) -> Result<()> {
+        if self.inner.qp_type != RdmaQpType::Rc {
+            return Err(Error::InvalidArgument("the ACK timeout applies to RC ids"));
+        }
+        self.inner.st.lock().ack_timeout = Some(timeout.min(31));
+        Ok(())
+    }
+
     /// `rdma_resolve_route`: the RoCE route to the resolved address (path MTU from the
-    /// device's MTU, hop limit 64); reports ROUTE_RESOLVED.
+    /// device's MTU, hop limit 64, the traffic class of [`CmId::set_tos`]); reports
+    /// ROUTE_RESOLVED.
     pub fn resolve_route(&mut self, _timeout: Duration) -> Result<()> {
         self.expect("resolve_route", &[CmIdState::AddrResolved])?;
         let dev = self.dev.as_ref().ok_or(Error::NoDevice)?;
@@ -433,8 +465,8 @@ impl CmId {
             dst,
             mtu: rdma::iboe_get_mtu(dev.shared.port.netdev_mtu).max(1),
             hop_limit: 64,
-            tos: 0,
-            ack_timeout: None,
+            tos: st.tos.unwrap_or(0),
+            ack_timeout: st.ack_timeout,
             ipv6_flow_label: None,
         });
         st.state = CmIdState::RouteResolved;
@@ -563,11 +595,10 @@ impl CmId {
         Ok(self.qp.as_deref().expect("just set"))
     }
 
-    /// `rdma_create_qp` with a QP made elsewhere (by a C library over the same device, or an
-    /// application that keeps its own handle): moves it to INIT, as [`CmId::create_qp`] does,
-    /// and makes it the id's QP, which `connect` and `accept` then take to RTR and RTS. A UD
-    /// QP (on an id in the UDP port space) goes from RESET straight to RTS with Q_Key
-    /// 0x01234567, as [`CmId::create_qp`] takes it.
+    /// `rdma_create_qp` with a QP made elsewhere (by a C library over the same device): moves
+    /// it as [`CmId::create_qp`] does (an RC QP to INIT, which `connect` and `accept` then take
+    /// to RTR and RTS; a UD QP of a UDP id straight to RTS with Q_Key 0x01234567) and makes it
+    /// the id's QP.
     pub fn attach_qp(&mut self, qp: Arc<QueuePair>) -> Result<()> {
         let dev =
             self.dev.as_ref().ok_or(Error::InvalidArgument("resolve or bind the id to a device first"))?;
@@ -579,21 +610,22 @@ impl CmId {
         }
         let ud = self.inner.qp_type == RdmaQpType::Ud;
         match (ud, qp.qp_type()) {
-            (false, QpType::Rc) => {}
-            (true, QpType::Ud) => {
-                if qp.state() == QpState::Reset {
-                    qp.modify(&QpAttrs::init_ud(Qkey::new(RDMA_UDP_QKEY)))?;
-                    qp.modify(&QpAttrs::rtr_ud())?;
-                    qp.modify(&QpAttrs::rts_unreliable(Psn::new(0)))?;
-                }
-                self.inner.st.lock().qp = Some(qp.clone());
-                self.qp = Some(qp);
-                return Ok(());
-            }
+            (false, QpType::Rc) | (true, QpType::Ud) => {}
+            (false, _) => return Err(Error::InvalidArgument("an id in the TCP port space takes an RC QP")),
             (true, _) => return Err(Error::InvalidArgument("an id in the UDP port space takes a UD QP")),
-            (false, _) => return Err(Error::NotSupported("rdma_cm ids of QP types other than RC")),
         }
-        if qp.state() == QpState::Reset {
+        if ud {
+            // librdmacm's `ucma_init_ud_qp`: INIT with the port space's Q_Key, RTR, RTS.
+            if qp.state() == QpState::Reset {
+                qp.modify(&QpAttrs::init_ud(Qkey::new(RDMA_UDP_QKEY)))?;
+            }
+            if qp.state() == QpState::Init {
+                qp.modify(&QpAttrs::rtr_ud())?;
+            }
+            if qp.state() == QpState::Rtr {
+                qp.modify(&QpAttrs::rts_unreliable(Psn::new(0)))?;
+            }
+        } else if qp.state() == QpState::Reset {
             qp.modify(&QpAttrs::init(
                 Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
             ))?;
@@ -739,7 +771,8 @@ impl CmId {
             let mut p = param.cloned().unwrap_or_default();
             p.responder_resources = neg.responder_resources;
             p.initiator_depth = neg.initiator_depth;
-            move_qp(qp, &dev, attrs, seq, Some(&p))?;
+            let ack_timeout = self.inner.st.lock().ack_timeout;
+            move_qp(qp, &dev, attrs, seq, Some(&p), ack_timeout)?;
         }
         let rep = rdma::rep_params(qpn, seq, &neg, param.is_some_and(|p| p.srq))?;
         dev.shared.cm_call(move |cm, now| cm.accept(now, ib, &rep))??;
@@ -867,11 +900,18 @@ impl Drop for CmId {
 
 /// Moves a QP to RTR and RTS with the CM's attributes (`rdma_init_qp_attr` +
 /// `ibv_modify_qp`).
-fn move_qp(qp: &QueuePair, dev: &Device, attrs: CmQpAttrs, seq: u32, conn: Option<&ConnParam>) -> Result<()> {
+fn move_qp(
+    qp: &QueuePair,
+    dev: &Device,
+    attrs: CmQpAttrs,
+    seq: u32,
+    conn: Option<&ConnParam>,
+    ack_timeout: Option<u8>,
+) -> Result<()> {
     let o = rdma::RdmaQpOverrides {
         responder_resources: conn.map(|c| c.responder_resources).filter(|v| *v != rdma::RDMA_MAX_RESP_RES),
         initiator_depth: conn.map(|c| c.initiator_depth).filter(|v| *v != rdma::RDMA_MAX_INIT_DEPTH),
-        ack_timeout: None,
+        ack_timeout,
         min_rnr_timer: None,
     };
     let a = rdma::rdma_qp_attrs(attrs, seq, &o);

@@ -1241,10 +1241,13 @@ pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
 // Options, queries, devices
 // ---------------------------------------------------------------------------------------
 
-/// `rdma_set_option`: `RDMA_OPTION_ID` TOS, REUSEADDR, AFONLY, ACK_TIMEOUT are checked for
-/// their size and accepted (softroce uses its defaults: TOS 0, the device's ACK timeout, no
-/// address reuse); `RDMA_OPTION_IB_PATH` is `ENOSYS` (RoCE resolves its own path); anything
-/// else `ENOSYS` as the kernel's `EINVAL`/`ENOSYS`.
+/// `rdma_set_option` (`RDMA_OPTION_ID`), with the kernel's checks (`ucma_set_option_id`):
+/// `TOS` (1 byte) is the traffic class of the route resolved after it; `ACK_TIMEOUT` (1 byte)
+/// the QP's local ACK timeout (`EINVAL` on a UD id); `REUSEADDR` (an `int`) is accepted on an
+/// id that is idle, or — turning it on — not listening, and `AFONLY` (an `int`) on an idle or
+/// bound id, else `EINVAL` (softroce's port space is per process and a bound IPv6 wildcard
+/// serves IPv6 only, so neither changes how it binds). A wrong size is `EINVAL`;
+/// `RDMA_OPTION_IB_PATH` and other levels `ENOSYS` (RoCE resolves its own path).
 ///
 /// # Safety
 /// `id` is an id of ours; `val` NULL or `len` readable bytes.
@@ -1255,18 +1258,41 @@ pub unsafe extern "C" fn rdma_set_option(
     val: *mut c_void,
     len: libc::size_t,
 ) -> c_int {
-    with_id(id, |_, _| {
+    use softroce::verbs::cm::CmIdState as S;
+    with_id(id, |_, cm| {
         if val.is_null() {
             return Err(libc::EINVAL);
         }
+        let byte = || {
+            // SAFETY: per the caller, `len` (checked to be 1) readable bytes.
+            if len == 1 { Ok(unsafe { *val.cast::<u8>() }) } else { Err(libc::EINVAL) }
+        };
+        let int = || {
+            if len == std::mem::size_of::<c_int>() {
+                // SAFETY: per the caller, an int's worth of readable bytes.
+                Ok(unsafe { val.cast::<c_int>().read_unaligned() })
+            } else {
+                Err(libc::EINVAL)
+            }
+        };
         match (level, name) {
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS | RDMA_OPTION_ID_ACK_TIMEOUT) if len == 1 => Ok(()),
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR | RDMA_OPTION_ID_AFONLY)
-                if len == std::mem::size_of::<c_int>() =>
-            {
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) => {
+                cm.set_tos(byte()?);
                 Ok(())
             }
-            (RDMA_OPTION_ID, 0..=3) => Err(libc::EINVAL),
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => {
+                let t = byte()?;
+                cm.set_ack_timeout(t).map_err(|e| cm_errno(&e))
+            }
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) => {
+                let on = int()? != 0;
+                let st = cm.state();
+                if st == S::Idle || (on && st != S::Listen) { Ok(()) } else { Err(libc::EINVAL) }
+            }
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => {
+                int()?;
+                if matches!(cm.state(), S::Idle | S::AddrBound) { Ok(()) } else { Err(libc::EINVAL) }
+            }
             _ => Err(libc::ENOSYS),
         }
     })
