@@ -585,13 +585,6 @@ fn create_qp(
     cm: &mut CmId,
     x: &mut ibv_qp_init_attr_ex,
 ) -> Result<(), Errno> {
-    // UD ids are not wired through this library yet (their SIDR events lack `param.ud`):
-    // refuse their QPs as before, although the Rust API now takes them.
-    if x.qp_type != IBV_QPT_RC {
-        return Err(cm_errno(&softroce::verbs::cm::Error::NotSupported(
-            "rdma_cm ids of QP types other than RC",
-        )));
-    }
     let dev = cm.device().ok_or(libc::EINVAL)?.clone();
     let ctx = context_for(&dev)?;
     if x.pd.is_null() {
