@@ -21,22 +21,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// The kvstore example, built in the test run's profile.
 fn kvstore_bin() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = profile_dir();
-            let profile = match dir.file_name().and_then(|n| n.to_str()).unwrap() {
-                "debug" => "dev".to_string(),
-                other => other.to_string(),
-            };
-            let out = Command::new(env!("CARGO"))
-                .args(["build", "-p", "softroce", "--example", "kvstore", "--profile", &profile])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .output()
-                .expect("cargo");
-            assert!(out.status.success(), "cargo build --example kvstore failed:\n{}", text(&out));
-            dir.join("examples/kvstore")
-        })
-        .clone()
+    BUILT.get_or_init(|| build_in_profile(&["--example", "kvstore"], "examples/kvstore")).clone()
 }
 
 /// kvpeer, compiled against the system headers into `dir`.

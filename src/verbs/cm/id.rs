@@ -686,21 +686,7 @@ impl CmId {
             st.conn = param.cloned();
             st.state = CmIdState::Connect;
         }
-        let inner = self.inner.clone();
-        let weak = Arc::downgrade(&dev.shared);
-        let r = dev.shared.cm_call(move |cm, now| {
-            let id = cm.connect(now, &req)?;
-            inner.st.lock().ib = Some(id);
-            if let Some(s) = weak.upgrade() {
-                s.rdma_cm.lock().conns.insert(id.0, inner);
-            }
-            Ok::<_, crate::transport::cm::CmError>(id)
-        })?;
-        if let Err(e) = r {
-            self.inner.st.lock().state = CmIdState::RouteResolved;
-            return Err(e.into());
-        }
-        self.wait_sync(CmEventType::Established)
+        self.start_exchange(&dev, move |cm, now| cm.connect(now, &req))
     }
 
     /// SIDR for a UD id (`cma_resolve_ib_udp`).
@@ -715,10 +701,27 @@ impl CmId {
         }
         let sidr = rdma::sidr_params(&route, self.inner.ps, user)?;
         self.inner.st.lock().state = CmIdState::Connect;
+        self.start_exchange(dev, move |cm, now| cm.sidr_request(now, &sidr))
+    }
+
+    /// Starts the IB CM exchange `start` begins (a REQ or a SIDR_REQ), files this id under the
+    /// CM's id for it, and waits for ESTABLISHED if the id is synchronous; if the CM refuses to
+    /// start, the id is back in ROUTE_RESOLVED.
+    fn start_exchange(
+        &mut self,
+        dev: &Device,
+        start: impl FnOnce(
+            &mut crate::transport::cm::CmEndpoint,
+            crate::transport::Time,
+        )
+            -> std::result::Result<crate::transport::cm::CmId, crate::transport::cm::CmError>
+        + Send
+        + 'static,
+    ) -> Result<()> {
         let inner = self.inner.clone();
         let weak = Arc::downgrade(&dev.shared);
         let r = dev.shared.cm_call(move |cm, now| {
-            let id = cm.sidr_request(now, &sidr)?;
+            let id = start(cm, now)?;
             inner.st.lock().ib = Some(id);
             if let Some(s) = weak.upgrade() {
                 s.rdma_cm.lock().conns.insert(id.0, inner);

@@ -278,20 +278,24 @@ pub fn args(v: &[&str]) -> Vec<String> {
 /// The `softroce` tool, built for this test run in the same profile.
 pub fn softroce_bin() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = profile_dir();
-            let profile = match dir.file_name().and_then(|n| n.to_str()).unwrap() {
-                "debug" => "dev".to_string(),
-                other => other.to_string(),
-            };
-            let out = Command::new(env!("CARGO"))
-                .args(["build", "-p", "softroce", "--bin", "softroce", "--profile", &profile])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .output()
-                .expect("cargo");
-            assert!(out.status.success(), "cargo build --bin softroce failed:\n{}", text(&out));
-            dir.join("softroce")
-        })
-        .clone()
+    BUILT.get_or_init(|| build_in_profile(&["--bin", "softroce"], "softroce")).clone()
+}
+
+/// Builds a target of the `softroce` package (`what`: cargo's target selection, e.g.
+/// `["--example", "kvstore"]`) in the test run's profile; returns `rel` in that profile's
+/// directory.
+pub fn build_in_profile(what: &[&str], rel: &str) -> PathBuf {
+    let dir = profile_dir();
+    let profile = match dir.file_name().and_then(|n| n.to_str()).unwrap() {
+        "debug" => "dev".to_string(),
+        other => other.to_string(),
+    };
+    let out = Command::new(env!("CARGO"))
+        .args(["build", "-p", "softroce", "--profile", &profile])
+        .args(what)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo");
+    assert!(out.status.success(), "cargo build {what:?} failed:\n{}", text(&out));
+    dir.join(rel)
 }
