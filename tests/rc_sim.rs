@@ -87,11 +87,13 @@ fn large_messages_with_loss() {
     assert!(out.retries > 0, "1% loss over 7 MiB must have caused retransmissions: {out:?}");
 }
 
-/// The long grid: every MTU, loss up to 20 %, messages up to 8 MiB, several seeds.
+/// The long grid: every MTU, loss up to 20 %, messages up to 8 MiB, several seeds
+/// (`SOFTROCE_SIM_SEEDS`, default 3; CI runs one).
 #[test]
 #[ignore]
 fn long_grid() {
-    for seed in 0..3u64 {
+    let seeds: u64 = std::env::var("SOFTROCE_SIM_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    for seed in 0..seeds {
         for loss in [0.0, 0.01, 0.02, 0.05, 0.1, 0.2] {
             for mtu in MTUS {
                 let big = if loss >= 0.1 { 256 << 10 } else { 8 << 20 };
