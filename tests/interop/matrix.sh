@@ -429,13 +429,14 @@ for mtu in 1500 9000; do
                     rxe_port=rdma_cm run "abi-cm-$t-rxe2sr" $pmtu "" "$t (drop-in librdmacm)" "-c 2 -C 10" "rxe → softroce" client \
                         "$t -s $HOST -b $VM -c 2 -C 10" "$DL $t -b $HOST -c 2 -C 10" '^return status 0$'
                 done
-                # (ib_send_lat -R only with rxe as the client: perftest 4.5's latency tests
-                # connect their test QP right after the parameter exchange, and a softroce
-                # client reaches the TCG guest before its server listens again: REJ 8, which
-                # this perftest cannot retry; the bandwidth tests exchange more first)
+                # (Debian's perftest -R only with rxe as the client: perftest 4.5 connects its
+                # test QP right after the parameter exchange, and a client on the host reaches
+                # the TCG guest before its server listens again: REJ 8, which this perftest
+                # cannot retry (its retry loop reuses destroyed ids and crashes). On a quiet
+                # host that happens every time (stop 22's CI pre-check: write_bw and read_bw
+                # failed twice each). softroce as the -R client against rxe: the native
+                # `softroce perf -R` rows perfcm-R-*-sr2rxe, which retry a refusal.)
                 for tool in write_bw read_bw send_bw send_lat; do
-                    [ $tool != send_lat ] && need=2 rxe_port=rdma_cm run "abi-cm-R-$tool-sr2rxe" $pmtu "" "ib_$tool -R (drop-in librdmacm)" "rdma_cm, 100 iters" "softroce → rxe" server \
-                        "ib_$tool -R -F -n 100" "$DL ib_$tool -R -F -d softroce0 -n 100 $VM" "$PERF_OK"
                     need=2 rxe_port=rdma_cm run "abi-cm-R-$tool-rxe2sr" $pmtu "" "ib_$tool -R (drop-in librdmacm)" "rdma_cm, 100 iters" "rxe → softroce" client \
                         "ib_$tool -R -F -n 100 $HOST" "$DL ib_$tool -R -F -d softroce0 -n 100" "$PERF_OK"
                 done
