@@ -50,6 +50,7 @@ fn event_semantics() {
         "destroy-waits-for-ack",
         "sync-refused",
         "addrinfo-devices",
+        "destroyed-under-a-waiter",
     ] {
         assert!(out.contains(&format!("ok {what}\n")), "{what}:\n{out}");
     }

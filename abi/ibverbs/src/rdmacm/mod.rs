@@ -61,6 +61,12 @@ const IBV_QPT_UD: u32 = 4;
 /// The Rust side of an event channel.
 pub struct Chan {
     ch: EventChannel,
+    /// Threads inside a blocking `rdma_get_cm_event` on this channel.
+    waiters: std::sync::atomic::AtomicUsize,
+    /// Set by `rdma_destroy_event_channel` while threads wait: they then block for good, as a
+    /// thread blocked in the kernel's `rdma_get_cm_event` does when another thread destroys
+    /// the channel (rping's server does that at exit), and the object is never freed under them.
+    destroyed: std::sync::atomic::AtomicBool,
 }
 
 /// The Rust side of an id.
@@ -321,7 +327,8 @@ pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
         init();
         let ch = EventChannel::new().map_err(|e| cm_errno(&e))?;
         let fd = std::os::fd::AsRawFd::as_raw_fd(&ch);
-        Ok(Obj::into_c(rdma_event_channel { fd }, CHAN_MAGIC, Chan { ch }))
+        let chan = Chan { ch, waiters: Default::default(), destroyed: Default::default() };
+        Ok(Obj::into_c(rdma_event_channel { fd }, CHAN_MAGIC, chan))
     })
 }
 
@@ -330,8 +337,27 @@ pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
 /// # Safety
 /// `ch` is NULL or a channel of ours, not used again.
 pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
-    // SAFETY: per the caller.
-    guard((), || drop(unsafe { ChanObj::take(ch, CHAN_MAGIC) }));
+    use std::sync::atomic::Ordering;
+    guard((), || {
+        // SAFETY: per the caller.
+        let Some(o) = (unsafe { ChanObj::from_c(ch, CHAN_MAGIC) }) else { return };
+        o.rust.destroyed.store(true, Ordering::SeqCst);
+        if o.rust.waiters.load(Ordering::SeqCst) > 0 {
+            // Threads wait in rdma_get_cm_event: they never return (see `Chan::destroyed`),
+            // so the channel stays allocated, with its descriptor.
+            return;
+        }
+        // SAFETY: per the caller.
+        drop(unsafe { ChanObj::take(ch, CHAN_MAGIC) });
+    });
+}
+
+/// Blocks the calling thread for good (a waiter on a destroyed channel).
+fn block_forever() -> ! {
+    loop {
+        // SAFETY: pause has no preconditions; it is a cancellation point.
+        unsafe { libc::pause() };
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -980,7 +1006,19 @@ pub unsafe extern "C-unwind" fn rdma_get_cm_event(
     }
     // SAFETY: per the caller.
     let fd = unsafe { (*channel).fd };
+    use std::sync::atomic::Ordering;
+    o.rust.waiters.fetch_add(1, Ordering::SeqCst);
+    struct Leave<'a>(&'a std::sync::atomic::AtomicUsize);
+    impl Drop for Leave<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    let _leave = Leave(&o.rust.waiters);
     loop {
+        if o.rust.destroyed.load(Ordering::SeqCst) {
+            block_forever();
+        }
         match guard(Err(libc::EIO), || take_event(channel, o)) {
             Ok(Some(p)) => {
                 // SAFETY: per the caller.
@@ -1008,6 +1046,9 @@ pub unsafe extern "C-unwind" fn rdma_get_cm_event(
         let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
         // SAFETY: one pollfd; poll is a cancellation point.
         let n = unsafe { libc::poll(&mut pfd, 1, -1) };
+        if o.rust.destroyed.load(Ordering::SeqCst) {
+            block_forever();
+        }
         if n < 0 && crate::util::errno() != libc::EINTR {
             return -1;
         }

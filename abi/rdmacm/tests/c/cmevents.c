@@ -78,6 +78,17 @@ static void *destroy_thread(void *arg)
 	return NULL;
 }
 
+/* Blocks in rdma_get_cm_event on a channel another thread destroys: must never return. */
+static void *blocked_getter(void *arg)
+{
+	struct rdma_cm_event *e;
+	int r = rdma_get_cm_event((struct rdma_event_channel *)arg, &e);
+	printf("FAIL a waiter on a destroyed channel returned %d (errno %d %s)\n", r, errno, strerror(errno));
+	fflush(stdout);
+	_exit(1);
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	const char *ip = argv[1];
@@ -221,6 +232,18 @@ int main(int argc, char **argv)
 		CHECK(strcmp(rdma_event_str(RDMA_CM_EVENT_TIMEWAIT_EXIT), "RDMA_CM_EVENT_TIMEWAIT_EXIT") == 0, "event_str");
 	}
 	printf("ok addrinfo-devices\n");
+	/* A thread blocked in rdma_get_cm_event while another thread destroys the channel (rping's
+	 * server at exit) stays blocked, as in the kernel; the process then exits normally. */
+	{
+		struct rdma_event_channel *c2 = rdma_create_event_channel();
+		pthread_t t;
+		CHECK(c2, "create a second channel");
+		CHECK(pthread_create(&t, NULL, blocked_getter, c2) == 0, "thread");
+		usleep(100000);
+		rdma_destroy_event_channel(c2);
+		usleep(300000);
+	}
+	printf("ok destroyed-under-a-waiter\n");
 	rdma_destroy_event_channel(ch);
 	return 0;
 }
