@@ -119,27 +119,49 @@ fn run_test(args: &PerfArgs) -> Result<(), CliError> {
     let stream = Watched::new(stream, p.wait.idle(), Some(activity))
         .map_err(|e| CliError::network(format!("side channel: {e}")))?;
 
-    let cfg = SessionConfig {
-        test,
+    let cfg = session_config(&p, mtu, false);
+    let mut runner = Runner::new(&p, dev, out, gid_index, out_reads, inline_size, link);
+    let outcome = run_session(stream, &cfg, &mut runner).map_err(|e| session_error(test, &p.wait, e))?;
+    finish_run(&mut runner, test);
+    report_and_end(&p, &runner, &outcome, gid_index, out_reads, inline_size)
+}
+
+/// The session's configuration: what `p` asks for; `rdma_cm` for `-R` (the exchange's key
+/// record is then perftest's binary `pingpong_dest`).
+fn session_config(p: &Params, mtu: Mtu, rdma_cm: bool) -> SessionConfig {
+    SessionConfig {
+        test: p.test,
         role: p.role,
         local: LocalParams { mtu: mtu as u8, ..LocalParams::default() },
-        key_format: KeyFormat::Gid,
+        key_format: if rdma_cm { KeyFormat::RdmaCm } else { KeyFormat::Gid },
         run_mode: if p.all { RunMode::AllSizes(params::ALL_SIZES) } else { RunMode::Regular },
         duplex: p.duplex,
         duration: p.duration.is_some(),
         report_per_port: false,
-        rdma_cm: false,
-    };
-    let mut runner = Runner::new(&p, dev, out, gid_index, out_reads, inline_size, link);
-    let outcome = run_session(stream, &cfg, &mut runner).map_err(|e| session_error(test, &p.wait, e))?;
+        rdma_cm,
+    }
+}
+
+/// Ends the test's work requests; write_lat ends without a closing exchange, so the engine gets a
+/// moment to acknowledge the peer's last RDMA WRITE before the QP goes away.
+fn finish_run(runner: &mut Runner<'_>, test: PerftestTest) {
     runner.finish();
     if test == PerftestTest::WriteLat {
-        // write_lat ends without a closing exchange: give the engine a moment to acknowledge
-        // the peer's last RDMA WRITE before the QP goes away.
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+/// The `--json` report, the device's linger, and the run's verdict (messages lost or not).
+fn report_and_end(
+    p: &Params,
+    runner: &Runner<'_>,
+    outcome: &SessionOutcome,
+    gid_index: GidIndex,
+    out_reads: u32,
+    inline_size: u32,
+) -> Result<(), CliError> {
     if p.json {
-        let doc = json_report(&p, &runner, &outcome, gid_index, out_reads, inline_size);
+        let doc = json_report(p, runner, outcome, gid_index, out_reads, inline_size);
         let mut o = std::io::stdout().lock();
         let _ = writeln!(o, "{}", doc);
         let _ = o.flush();
@@ -180,36 +202,13 @@ fn run_rdma_cm(
         }
     };
     let control = cm.control(p.is_read_or_atomic(), out_reads.min(255) as u8)?;
-    let cfg = SessionConfig {
-        test,
-        role: p.role,
-        local: LocalParams { mtu: mtu as u8, ..LocalParams::default() },
-        key_format: KeyFormat::RdmaCm,
-        run_mode: if p.all { RunMode::AllSizes(params::ALL_SIZES) } else { RunMode::Regular },
-        duplex: p.duplex,
-        duration: p.duration.is_some(),
-        report_per_port: false,
-        rdma_cm: true,
-    };
+    let cfg = session_config(p, mtu, true);
     let mut runner = Runner::new(p, dev, out, gid_index, out_reads, inline_size, None).with_cm(&cm);
     let outcome = run_session(control, &cfg, &mut runner).map_err(|e| session_error(test, &p.wait, e));
-    runner.finish();
-    if test == PerftestTest::WriteLat {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    finish_run(&mut runner, test);
     runner.close_cm();
     let outcome = outcome?;
-    if p.json {
-        let doc = json_report(p, &runner, &outcome, gid_index, out_reads, inline_size);
-        let mut o = std::io::stdout().lock();
-        let _ = writeln!(o, "{}", doc);
-        let _ = o.flush();
-    }
-    linger(runner.device());
-    if let Some(lost) = runner.lost() {
-        return Err(lost);
-    }
-    Ok(())
+    report_and_end(p, &runner, &outcome, gid_index, out_reads, inline_size)
 }
 
 /// The server's IPv4 address (perftest resolves with `AF_INET`).
