@@ -9,27 +9,7 @@
 #include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
 
-#define CHECK(c, ...) do { if (!(c)) { printf("FAIL line %d: ", __LINE__); printf(__VA_ARGS__); printf(" (errno %d %s)\n", errno, strerror(errno)); exit(1); } } while (0)
-
-static struct rdma_event_channel *ch;
-
-static struct rdma_cm_event *expect(enum rdma_cm_event_type t)
-{
-	struct rdma_cm_event *ev;
-	CHECK(rdma_get_cm_event(ch, &ev) == 0, "get_cm_event");
-	CHECK(ev->event == t, "expected %s, got %s status %d", rdma_event_str(t), rdma_event_str(ev->event), ev->status);
-	return ev;
-}
-
-static struct sockaddr_in sa(const char *ip, int port)
-{
-	struct sockaddr_in a;
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_port = htons(port);
-	inet_pton(AF_INET, ip, &a.sin_addr);
-	return a;
-}
+#include "cm.h"
 
 static struct rdma_cm_id *listener(const char *ip, int port, enum rdma_port_space ps)
 {
