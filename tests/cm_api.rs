@@ -63,6 +63,21 @@ fn next(ch: &EventChannel, want: CmEventType) -> softroce::verbs::cm::CmEvent {
     ev
 }
 
+/// A client id from `cip` with its address and route to `to` resolved (on `ch`, the
+/// ADDR_RESOLVED and ROUTE_RESOLVED events taken; without one, a synchronous id).
+fn resolved(ch: Option<&EventChannel>, ps: PortSpace, cip: IpAddr, to: SocketAddr) -> CmId {
+    let mut c = CmId::new(ch, ps).unwrap();
+    c.resolve_addr(Some(SocketAddr::new(cip, 0)), to, T).unwrap();
+    if let Some(ch) = ch {
+        next(ch, CmEventType::AddrResolved);
+    }
+    c.resolve_route(T).unwrap();
+    if let Some(ch) = ch {
+        next(ch, CmEventType::RouteResolved);
+    }
+    c
+}
+
 /// A listener on a fresh device; returns it, its channel and the address to connect to.
 fn listener(ch: Option<&EventChannel>, port: u16) -> (CmId, SocketAddr, Device) {
     let (d, ip) = dev();
@@ -80,11 +95,7 @@ fn connect_accept_exchange_and_disconnect_with_channels() {
     let (_l, addr, _ds) = listener(Some(&sch), 7001);
     let (_dc, cip) = dev();
     let cch = EventChannel::new().unwrap();
-    let mut c = CmId::new(Some(&cch), PortSpace::Tcp).unwrap();
-    c.resolve_addr(Some(SocketAddr::new(cip, 0)), addr, T).unwrap();
-    next(&cch, CmEventType::AddrResolved);
-    c.resolve_route(T).unwrap();
-    next(&cch, CmEventType::RouteResolved);
+    let mut c = resolved(Some(&cch), PortSpace::Tcp, cip, addr);
     let rc = make_qp(&mut c);
     let param = ConnParam {
         private_data: b"hello server".to_vec(),
@@ -141,9 +152,7 @@ fn the_passive_side_may_disconnect_first() {
     let (_l, addr, _ds) = listener(Some(&sch), 7002);
     let (_dc, cip) = dev();
     // A synchronous client against an asynchronous server.
-    let mut c = CmId::new(None, PortSpace::Tcp).unwrap();
-    c.resolve_addr(Some(SocketAddr::new(cip, 0)), addr, T).unwrap();
-    c.resolve_route(T).unwrap();
+    let mut c = resolved(None, PortSpace::Tcp, cip, addr);
     let rc = make_qp(&mut c);
     let server = std::thread::spawn(move || {
         let mut req = next(&sch, CmEventType::ConnectRequest);
@@ -176,9 +185,7 @@ fn synchronous_listener_and_client() {
         assert_eq!(s.state(), CmIdState::Established);
         (s, rs, l)
     });
-    let mut c = CmId::new(None, PortSpace::Tcp).unwrap();
-    c.resolve_addr(Some(SocketAddr::new(cip, 0)), addr, T).unwrap();
-    c.resolve_route(T).unwrap();
+    let mut c = resolved(None, PortSpace::Tcp, cip, addr);
     let rc = make_qp(&mut c);
     c.connect(None).unwrap();
     let (s, rs, _l) = server.join().unwrap();
@@ -197,9 +204,7 @@ fn reject_reaches_the_client_as_connection_refused() {
         drop(req);
         s
     });
-    let mut c = CmId::new(None, PortSpace::Tcp).unwrap();
-    c.resolve_addr(Some(SocketAddr::new(cip, 0)), addr, T).unwrap();
-    c.resolve_route(T).unwrap();
+    let mut c = resolved(None, PortSpace::Tcp, cip, addr);
     let _rc = make_qp(&mut c);
     match c.connect(None) {
         Err(CmError::ConnectionRefused { reason, private_data }) => {
@@ -217,11 +222,7 @@ fn nobody_listening_is_rejected_at_once_with_reason_8() {
     let (_ds, sip) = dev();
     let (_dc, cip) = dev();
     let ch = EventChannel::new().unwrap();
-    let mut c = CmId::new(Some(&ch), PortSpace::Tcp).unwrap();
-    c.resolve_addr(Some(SocketAddr::new(cip, 0)), SocketAddr::new(sip, 7005), T).unwrap();
-    next(&ch, CmEventType::AddrResolved);
-    c.resolve_route(T).unwrap();
-    next(&ch, CmEventType::RouteResolved);
+    let mut c = resolved(Some(&ch), PortSpace::Tcp, cip, SocketAddr::new(sip, 7005));
     let _rc = make_qp(&mut c);
     let t0 = std::time::Instant::now();
     c.connect(None).unwrap();
@@ -240,9 +241,7 @@ fn a_request_whose_event_is_dropped_is_rejected() {
         next(&sch, CmEventType::ConnectRequest);
         sch
     });
-    let mut c = CmId::new(None, PortSpace::Tcp).unwrap();
-    c.resolve_addr(Some(SocketAddr::new(cip, 0)), addr, T).unwrap();
-    c.resolve_route(T).unwrap();
+    let mut c = resolved(None, PortSpace::Tcp, cip, addr);
     let _rc = make_qp(&mut c);
     assert!(matches!(c.connect(None), Err(CmError::ConnectionRefused { reason: 28, .. })));
     server.join().unwrap();
@@ -302,11 +301,7 @@ fn ud_ids_resolve_each_other_with_sidr_and_exchange_datagrams() {
     l.listen(0).unwrap();
     let (_dc, cip) = dev();
     let cch = EventChannel::new().unwrap();
-    let mut c = CmId::new(Some(&cch), PortSpace::Udp).unwrap();
-    c.resolve_addr(Some(SocketAddr::new(cip, 0)), addr, T).unwrap();
-    next(&cch, CmEventType::AddrResolved);
-    c.resolve_route(T).unwrap();
-    next(&cch, CmEventType::RouteResolved);
+    let mut c = resolved(Some(&cch), PortSpace::Udp, cip, addr);
     let rc = make_ud_qp(&mut c);
     c.connect(Some(&ConnParam { private_data: b"udp hello".to_vec(), ..Default::default() })).unwrap();
 
@@ -359,11 +354,7 @@ fn ud_connect_refused_and_rejected_are_unreachable_with_the_sidr_status() {
     let (_ds, sip) = dev();
     let (_dc, cip) = dev();
     let ch = EventChannel::new().unwrap();
-    let mut c = CmId::new(Some(&ch), PortSpace::Udp).unwrap();
-    c.resolve_addr(Some(SocketAddr::new(cip, 0)), SocketAddr::new(sip, 7175), T).unwrap();
-    next(&ch, CmEventType::AddrResolved);
-    c.resolve_route(T).unwrap();
-    next(&ch, CmEventType::RouteResolved);
+    let mut c = resolved(Some(&ch), PortSpace::Udp, cip, SocketAddr::new(sip, 7175));
     let _rc = make_ud_qp(&mut c);
     let t0 = std::time::Instant::now();
     c.connect(None).unwrap();
@@ -384,9 +375,7 @@ fn ud_connect_refused_and_rejected_are_unreachable_with_the_sidr_status() {
         s.reject(b"no datagrams today").unwrap();
         (l, sch)
     });
-    let mut c = CmId::new(None, PortSpace::Udp).unwrap();
-    c.resolve_addr(Some(SocketAddr::new(cip, 0)), addr, T).unwrap();
-    c.resolve_route(T).unwrap();
+    let mut c = resolved(None, PortSpace::Udp, cip, addr);
     let _rc = make_ud_qp(&mut c);
     match c.connect(None) {
         Err(e @ CmError::Event { event: CmEventType::Unreachable, status: 2 }) => assert_eq!(e.errno(), 2),
@@ -396,9 +385,7 @@ fn ud_connect_refused_and_rejected_are_unreachable_with_the_sidr_status() {
     // An RC listener on the port does not take SIDR: the IB CM has no listener on the UDP
     // service ID, status 1.
     let (_l2, addr2, _d2) = listener(None, 7177);
-    let mut c = CmId::new(None, PortSpace::Udp).unwrap();
-    c.resolve_addr(Some(SocketAddr::new(cip, 0)), addr2, T).unwrap();
-    c.resolve_route(T).unwrap();
+    let mut c = resolved(None, PortSpace::Udp, cip, addr2);
     let _rc = make_ud_qp(&mut c);
     assert!(matches!(c.connect(None), Err(CmError::Event { event: CmEventType::Unreachable, status: 1 })));
     // The wrong QP type for the port space is a typed error.
@@ -413,11 +400,7 @@ fn ud_connect_refused_and_rejected_are_unreachable_with_the_sidr_status() {
 /// the request on `sch`; returns both ids with their verbs objects, established.
 fn connect_pair(sch: &EventChannel, cip: IpAddr, addr: SocketAddr) -> ((CmId, Res), (CmId, Res)) {
     let cch = EventChannel::new().unwrap();
-    let mut c = CmId::new(Some(&cch), PortSpace::Tcp).unwrap();
-    c.resolve_addr(Some(SocketAddr::new(cip, 0)), addr, T).unwrap();
-    next(&cch, CmEventType::AddrResolved);
-    c.resolve_route(T).unwrap();
-    next(&cch, CmEventType::RouteResolved);
+    let mut c = resolved(Some(&cch), PortSpace::Tcp, cip, addr);
     let rc = make_qp(&mut c);
     c.connect(None).unwrap();
     let mut req = next(sch, CmEventType::ConnectRequest);
@@ -468,11 +451,7 @@ fn eight_concurrent_connections_from_one_process() {
         .map(|k| {
             std::thread::spawn(move || {
                 let cch = EventChannel::new().unwrap();
-                let mut c = CmId::new(Some(&cch), PortSpace::Tcp).unwrap();
-                c.resolve_addr(Some(SocketAddr::new(cip, 0)), addr, T).unwrap();
-                next(&cch, CmEventType::AddrResolved);
-                c.resolve_route(T).unwrap();
-                next(&cch, CmEventType::RouteResolved);
+                let mut c = resolved(Some(&cch), PortSpace::Tcp, cip, addr);
                 let rc = make_qp(&mut c);
                 c.connect(Some(&ConnParam { private_data: vec![k], ..Default::default() })).unwrap();
                 next(&cch, CmEventType::Established);
