@@ -506,3 +506,57 @@ fn eight_concurrent_connections_from_one_process() {
         next(cch, CmEventType::Disconnected);
     }
 }
+
+/// `rdma_migrate_id`: a listener moved to another channel takes its pending request along;
+/// an accepted id moved before its ESTABLISHED gets it on the new channel; a client moved
+/// while its ESTABLISHED waits takes that event along, in order; an id moved to no channel is
+/// synchronous from then on.
+#[test]
+fn migrate_moves_an_id_and_its_queued_events_to_another_channel() {
+    let a = EventChannel::new().unwrap();
+    let b = EventChannel::new().unwrap();
+    let (l, addr, _ds) = listener(Some(&a), 7012);
+    let (_dc, cip) = dev();
+    let cch = EventChannel::new().unwrap();
+    let mut c = resolved(Some(&cch), PortSpace::Tcp, cip, addr);
+    let rc = make_qp(&mut c);
+    c.connect(None).unwrap();
+    // The request waits on `a`; the listener (and with it the request) moves to `b`.
+    let deadline = std::time::Instant::now() + T;
+    while a.pending() == 0 {
+        assert!(std::time::Instant::now() < deadline, "no request");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    l.migrate(Some(&b)).unwrap();
+    assert_eq!(a.pending(), 0);
+    let mut req = next(&b, CmEventType::ConnectRequest);
+    let mut s = req.take_id().unwrap();
+    drop(req);
+    // The new id is on `b` (its listener's channel then); move it back to `a` and accept.
+    s.migrate(Some(&a)).unwrap();
+    let rs = make_qp(&mut s);
+    s.accept(None).unwrap();
+    // The client's answer (ESTABLISHED once taken: it sends the RTU) waits on `cch`: it moves
+    // to `b` with the client.
+    while cch.pending() == 0 {
+        assert!(std::time::Instant::now() < deadline, "no ESTABLISHED");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    c.migrate(Some(&b)).unwrap();
+    assert!(cch.try_get_event().unwrap().is_none());
+    next(&b, CmEventType::Established);
+    next(&a, CmEventType::Established);
+    assert!(b.try_get_event().unwrap().is_none());
+    exchange(&c, &rc, &s, &rs, b"after the move");
+    // Moving to the same channel is nothing; to none makes the id synchronous.
+    c.migrate(Some(&b)).unwrap();
+    assert!(!c.is_sync());
+    s.migrate(None).unwrap();
+    assert!(s.is_sync());
+    // (the server's DISCONNECTED goes to its own channel now, not to `a`; the client's comes
+    // with the DREP its disconnect sends)
+    c.disconnect().unwrap();
+    s.disconnect().unwrap();
+    next(&b, CmEventType::Disconnected);
+    assert!(a.try_get_event().unwrap().is_none());
+}

@@ -520,7 +520,7 @@ cmd_capture_start() {
     rm -f "$PCAPS/$name.pcap"
     # tcpdump must be a process we can signal directly: ip netns exec and
     # setsid both exec, so $! is tcpdump itself. -Z root: write as root.
-    setsid ip netns exec "$NS" tcpdump -i br0 -n -U -B 32768 -s 0 -Z root -w "$PCAPS/$name.pcap" "$filter" \
+    setsid ip netns exec "$NS" tcpdump -i br0 -n -U --immediate-mode -B 32768 -s 0 -Z root -w "$PCAPS/$name.pcap" "$filter" \
         </dev/null >/dev/null 2>"$RUN/capture.$name.log" &
     echo $! > "$RUN/capture.$name.pid"
     for i in $(seq 300); do
@@ -540,9 +540,11 @@ cmd_capture_stop() {
     [ -e "$RUN/capture.$name.pid" ] || die "no capture $name running"
     sleep 0.3   # let trailing packets land
     # tcpdump (-U) writes each packet as it takes it from its buffer, and on SIGINT it stops
-    # without taking what is still buffered: on a busy host it can lag a burst by a second
-    # (the CI run of stop 22 lost the last 15 packets of a 6 573-packet run that way). Wait
-    # until the file stops growing (at most 10 s) before stopping it.
+    # without taking what is still buffered. Without --immediate-mode (capture-start) libpcap
+    # reads the kernel's ring a block at a time, a block handed over when full or after 1 s:
+    # the CI run of stop 22 lost the last 15 packets of a 6 573-packet run, twice, that way.
+    # With it, tcpdump can still lag a burst on a busy host: wait until the file stops growing
+    # (at most 10 s) before stopping it.
     local size=-1 now i
     for i in $(seq 50); do
         now=$(stat -c %s "$PCAPS/$name.pcap" 2>/dev/null || echo 0)

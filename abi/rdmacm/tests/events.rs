@@ -51,6 +51,7 @@ fn event_semantics() {
         "sync-refused",
         "addrinfo-devices",
         "destroyed-under-a-waiter",
+        "migrate",
     ] {
         assert!(out.contains(&format!("ok {what}\n")), "{what}:\n{out}");
     }

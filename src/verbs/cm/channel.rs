@@ -150,6 +150,15 @@ impl ChannelInner {
     /// Queues an event (engine or API thread).
     pub(crate) fn push(&self, ev: EventData) {
         ev.counted_on().event_reported();
+        self.enqueue(ev);
+    }
+
+    /// Queues an event taken from another channel (already counted as reported).
+    pub(crate) fn push_moved(&self, ev: EventData) {
+        self.enqueue(ev);
+    }
+
+    fn enqueue(&self, ev: EventData) {
         let mut q = self.queue.lock();
         if q.is_empty() {
             let _ = (&self.tx).write(&[1]);

@@ -78,10 +78,10 @@ struct IdSt {
 /// An id, as the engine's side and the application's share it.
 pub(crate) struct IdInner {
     serial: u64,
-    /// Where this id's events go.
-    channel: Arc<ChannelInner>,
-    /// Created without a channel: every call waits for its outcome.
-    sync: bool,
+    /// Where this id's events go, and whether the id is synchronous (created or migrated
+    /// without a channel: every call waits for its outcome). [`CmId::migrate`] changes both;
+    /// an event is pushed with this lock held, so none lands on a channel the id has left.
+    channel: Mutex<(Arc<ChannelInner>, bool)>,
     ps: PortSpace,
     qp_type: RdmaQpType,
     st: Mutex<IdSt>,
@@ -93,8 +93,7 @@ impl IdInner {
         static SERIAL: AtomicU64 = AtomicU64::new(1);
         Arc::new(IdInner {
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
-            channel,
-            sync,
+            channel: Mutex::new((channel, sync)),
             ps,
             qp_type: if ps == PortSpace::Udp { RdmaQpType::Ud } else { RdmaQpType::Rc },
             st: Mutex::new(IdSt {
@@ -154,8 +153,23 @@ impl IdInner {
         self.st.lock().state
     }
 
+    /// The channel the id's events go to now.
+    fn channel(&self) -> Arc<ChannelInner> {
+        self.channel.lock().0.clone()
+    }
+
+    /// Whether the id is synchronous now.
+    fn sync(&self) -> bool {
+        self.channel.lock().1
+    }
+
+    /// Queues an event on the id's channel (the channel it has at that moment).
+    fn push_event(&self, ev: EventData) {
+        self.channel.lock().0.push(ev);
+    }
+
     fn push(self: &Arc<Self>, kind: CmEventType, status: i32, param: EventParam) {
-        self.channel.push(EventData::new(kind, status, self.clone(), param));
+        self.push_event(EventData::new(kind, status, self.clone(), param));
     }
 
     /// An active id's connect response, processed as the application takes it (librdmacm's
@@ -318,7 +332,28 @@ impl CmId {
     }
     /// Whether the id is synchronous (created without a channel).
     pub fn is_sync(&self) -> bool {
-        self.inner.sync
+        self.inner.sync()
+    }
+
+    /// `rdma_migrate_id`: from now on the id's events go to `channel` (`None`: the id becomes
+    /// synchronous, with a channel of its own). Events queued about it on its old channel and
+    /// not yet taken move with it, in order (a listener's: its pending connection requests);
+    /// events already taken stay the application's to acknowledge. Moving to the channel the
+    /// id is on changes nothing.
+    pub fn migrate(&self, channel: Option<&EventChannel>) -> Result<()> {
+        let (to, sync) = match channel {
+            Some(c) => (c.inner.clone(), false),
+            None => (ChannelInner::new()?, true),
+        };
+        let mut cur = self.inner.channel.lock();
+        if Arc::ptr_eq(&cur.0, &to) {
+            return Ok(());
+        }
+        for ev in cur.0.take_for(&self.inner) {
+            to.push_moved(ev);
+        }
+        *cur = (to, sync);
+        Ok(())
     }
 
     /// The IB CM connection of the id.
@@ -339,11 +374,11 @@ impl CmId {
 
     /// Waits, for a synchronous id, for the event that ends a call.
     fn wait_sync(&self, want: CmEventType) -> Result<()> {
-        if !self.inner.sync {
+        if !self.inner.sync() {
             return Ok(());
         }
         loop {
-            let ev = self.inner.channel.pop(Some(SYNC_WAIT)).ok_or(Error::Timeout)?;
+            let ev = self.inner.channel().pop(Some(SYNC_WAIT)).ok_or(Error::Timeout)?;
             let ev = super::channel::deliver_event(ev);
             let t = ev.event_type();
             if t == want {
@@ -546,7 +581,7 @@ impl CmId {
     pub fn get_request(&self) -> Result<CmId> {
         self.expect("get_request", &[CmIdState::Listen])?;
         loop {
-            let ev = self.inner.channel.pop(None).ok_or(Error::Timeout)?;
+            let ev = self.inner.channel().pop(None).ok_or(Error::Timeout)?;
             let mut ev = super::channel::deliver_event(ev);
             if ev.event_type() == CmEventType::ConnectRequest
                 && let Some(id) = ev.take_id()
@@ -874,7 +909,7 @@ impl Drop for CmId {
             st.qp = None;
             (st.ib.take(), std::mem::take(&mut st.listens))
         };
-        self.inner.channel.purge(&self.inner);
+        self.inner.channel().purge(&self.inner);
         if let (Some(ib), Some(dev)) = (ib, &self.dev) {
             let weak = Arc::downgrade(&dev.shared);
             let _ = dev.shared.cm_call(move |cm, now| {
@@ -1098,15 +1133,16 @@ fn on_sidr_request(
         packet_life_time: 0,
     };
     let Some(av) = device_av(shared, &path) else { return refuse(cm) };
-    let channel = if listener.sync {
+    let (listener_channel, sync) = listener.channel.lock().clone();
+    let channel = if sync {
         match ChannelInner::new() {
             Ok(c) => c,
             Err(_) => return refuse(cm),
         }
     } else {
-        listener.channel.clone()
+        listener_channel
     };
-    let new = IdInner::new(channel, listener.sync, listener.ps);
+    let new = IdInner::new(channel, sync, listener.ps);
     {
         let mut st = new.st.lock();
         st.state = CmIdState::Connect;
@@ -1126,7 +1162,7 @@ fn on_sidr_request(
     let mut ev = EventData::new(CmEventType::ConnectRequest, 0, new, param);
     ev.listen = Some(listener.clone());
     ev.new_id = true;
-    listener.channel.push(ev);
+    listener.push_event(ev);
 }
 
 /// DISCONNECTED, once per connection.
@@ -1164,7 +1200,8 @@ fn on_request(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time, id: IbCmId,
         return;
     }
     // A synchronous listener's new id is synchronous too, with a channel of its own.
-    let channel = if listener.sync {
+    let (listener_channel, sync) = listener.channel.lock().clone();
+    let channel = if sync {
         match ChannelInner::new() {
             Ok(c) => c,
             Err(_) => {
@@ -1173,9 +1210,9 @@ fn on_request(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time, id: IbCmId,
             }
         }
     } else {
-        listener.channel.clone()
+        listener_channel
     };
-    let new = IdInner::new(channel, listener.sync, listener.ps);
+    let new = IdInner::new(channel, sync, listener.ps);
     {
         let mut st = new.st.lock();
         st.state = CmIdState::Connect;
@@ -1200,5 +1237,5 @@ fn on_request(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time, id: IbCmId,
     let mut ev = EventData::new(CmEventType::ConnectRequest, 0, new, param);
     ev.listen = Some(listener.clone());
     ev.new_id = true;
-    listener.channel.push(ev);
+    listener.push_event(ev);
 }

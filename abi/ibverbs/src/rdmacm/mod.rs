@@ -1332,20 +1332,35 @@ pub unsafe extern "C" fn rdma_set_option(
     })
 }
 
-/// `rdma_migrate_id`: `ENOSYS` — softroce's ids cannot change channel yet.
+/// `rdma_migrate_id`: the id's events go to `channel` from now on (NULL: the id becomes
+/// synchronous); the events queued about it on its old channel move along (a listener's
+/// pending requests too). As librdmacm, it then waits until every event already taken about
+/// the id has been acknowledged. `EINVAL` for an id or a channel not ours.
 ///
 /// # Safety
-/// `id` is an id of ours.
+/// `id` is an id of ours; `channel` NULL or a channel of ours.
 pub unsafe extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> c_int {
     zero_or_minus1(|| {
         // SAFETY: per the caller.
         let o = unsafe { id_of(id) }.ok_or(libc::EINVAL)?;
-        // SAFETY: the id is live.
-        if channel == unsafe { (*id).channel } {
-            return Ok(());
+        let to = if channel.is_null() {
+            None
+        } else {
+            // SAFETY: per the caller.
+            Some(unsafe { ChanObj::from_c(channel, CHAN_MAGIC) }.ok_or(libc::EINVAL)?)
+        };
+        {
+            let st = o.rust.st.lock();
+            let cm = st.cm.as_ref().ok_or(libc::EINVAL)?;
+            cm.migrate(to.map(|c| &c.rust.ch)).map_err(|e| cm_errno(&e))?;
+            // SAFETY: the id is live; the application does not write `channel` concurrently.
+            unsafe { (*id).channel = channel };
         }
-        let _ = o;
-        Err(libc::ENOSYS)
+        let mut n = o.rust.unacked.lock();
+        while *n > 0 {
+            o.rust.acked.wait(&mut n);
+        }
+        Ok(())
     })
 }
 

@@ -4,6 +4,7 @@
  * Prints one "ok <what>" line per check; exits non-zero at the first failure. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,100 @@ static void *blocked_getter(void *arg)
 	fflush(stdout);
 	_exit(1);
 	return NULL;
+}
+
+/* Zeroes as large as any object of the library's: "a channel not ours". */
+static uint64_t junk[512];
+
+struct migrator { struct rdma_cm_id *id; struct rdma_event_channel *to; volatile int done; };
+
+static void *migrate_thread(void *arg)
+{
+	struct migrator *m = arg;
+	CHECK(rdma_migrate_id(m->id, m->to) == 0, "migrate (thread)");
+	m->done = 1;
+	return NULL;
+}
+
+/* Waits until `c` holds an event (without taking it). */
+static void wait_readable(struct rdma_event_channel *c)
+{
+	struct pollfd p = { .fd = c->fd, .events = POLLIN };
+	CHECK(poll(&p, 1, 10000) == 1, "an event on the channel");
+}
+
+/* rdma_migrate_id between two channels `a` and `b`: a listener's pending request moves with
+ * it; migrating waits for the id's taken, unacknowledged events; a new id moved to `a` gets
+ * its ESTABLISHED there; a client's queued answer moves with it; NULL makes an id synchronous. */
+static void migrate_checks(const char *ip, int port)
+{
+	struct rdma_event_channel *a = rdma_create_event_channel(), *b = rdma_create_event_channel(), *orig = ch;
+	struct rdma_cm_id *l, *cli, *srv;
+	struct rdma_cm_event *ev;
+	struct sockaddr_in me = sa(ip, port);
+	struct ibv_qp_init_attr qa;
+	struct migrator m;
+	struct pollfd p;
+	pthread_t t;
+
+	CHECK(a && b, "two channels");
+	ch = a;
+	CHECK(rdma_create_id(a, &l, NULL, RDMA_PS_TCP) == 0, "create listen id");
+	CHECK(rdma_bind_addr(l, (struct sockaddr *)&me) == 0, "bind");
+	CHECK(rdma_listen(l, 4) == 0, "listen");
+	CHECK(rdma_migrate_id(l, (struct rdma_event_channel *)junk) == -1 && errno == EINVAL, "a channel not ours: EINVAL");
+	cli = client(ip, port, NULL);
+	wait_readable(a);
+	CHECK(rdma_migrate_id(l, b) == 0 && l->channel == b, "migrate the listener to b");
+	p.fd = a->fd; p.events = POLLIN; p.revents = 0;
+	CHECK(poll(&p, 1, 0) == 0, "the request left a");
+	ch = b;
+	ev = expect(RDMA_CM_EVENT_CONNECT_REQUEST);
+	srv = ev->id;
+	CHECK(ev->listen_id == l && srv->channel == b, "the request, on b");
+	/* Moving the listener back waits for the request event's acknowledgement. */
+	m.id = l; m.to = a; m.done = 0;
+	CHECK(pthread_create(&t, NULL, migrate_thread, &m) == 0, "thread");
+	usleep(300000);
+	CHECK(!m.done, "rdma_migrate_id returned with an event unacknowledged");
+	rdma_ack_cm_event(ev);
+	pthread_join(t, NULL);
+	CHECK(m.done && l->channel == a, "migrate returned after the ack");
+	CHECK(rdma_migrate_id(srv, a) == 0 && srv->channel == a, "migrate the new id to a");
+	memset(&qa, 0, sizeof qa);
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
+	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+	CHECK(rdma_create_qp(srv, NULL, &qa) == 0, "server create_qp");
+	CHECK(rdma_accept(srv, NULL) == 0, "accept");
+	/* The client's answer waits on a (it was created there): move the client to b. Its
+	 * ESTABLISHED (which sends the RTU) comes from b, then the server's from a. */
+	wait_readable(a);
+	CHECK(rdma_migrate_id(cli, b) == 0 && cli->channel == b, "migrate the client to b");
+	ev = expect(RDMA_CM_EVENT_ESTABLISHED);
+	CHECK(ev->id == cli, "the client's ESTABLISHED on b");
+	rdma_ack_cm_event(ev);
+	ch = a;
+	ev = expect(RDMA_CM_EVENT_ESTABLISHED);
+	CHECK(ev->id == srv, "the server's ESTABLISHED on a");
+	rdma_ack_cm_event(ev);
+	CHECK(rdma_migrate_id(srv, NULL) == 0 && srv->channel == NULL, "migrate to no channel: synchronous");
+	CHECK(rdma_disconnect(cli) == 0, "disconnect");
+	CHECK(rdma_disconnect(srv) == 0, "passive disconnect");
+	ch = b;
+	ev = expect(RDMA_CM_EVENT_DISCONNECTED);
+	CHECK(ev->id == cli, "the client's DISCONNECTED on b");
+	rdma_ack_cm_event(ev);
+	p.fd = a->fd; p.revents = 0;
+	CHECK(poll(&p, 1, 200) == 0, "nothing more on a");
+	rdma_destroy_qp(srv);
+	rdma_destroy_id(srv);
+	rdma_destroy_qp(cli);
+	rdma_destroy_id(cli);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(a);
+	rdma_destroy_event_channel(b);
+	ch = orig;
 }
 
 int main(int argc, char **argv)
@@ -170,6 +265,9 @@ int main(int argc, char **argv)
 	rdma_destroy_qp(cli);
 	rdma_destroy_id(cli);
 	rdma_destroy_id(listen);
+
+	migrate_checks(ip, port + 3);
+	printf("ok migrate\n");
 
 	/* Synchronous id: connect to a port nobody listens on fails with ECONNREFUSED. */
 	{
