@@ -17,6 +17,17 @@ use common::*;
 /// Builds `tests/c/<name>.c` against the installed headers and runs it on our libraries with
 /// a fresh address and port; its output (the test fails if it does).
 fn run_c(name: &str) -> Option<String> {
+    let (dir, exe) = build_c(name)?;
+    let ip = addr();
+    let (ok, out) = finish(spawn(&dir, &ip, exe.to_str().unwrap(), &[&ip, &port()]), Duration::from_secs(20));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(ok, "{out}");
+    Some(out)
+}
+
+/// Builds `tests/c/<name>.c` against the installed headers into a directory holding our
+/// libraries: (the directory, the executable); `None` when the headers are missing.
+fn build_c(name: &str) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
     if !require(name, &[SYSTEM_LIB, "/usr/include/rdma/rdma_cma.h"], "librdmacm-dev") {
         return None;
     }
@@ -31,11 +42,29 @@ fn run_c(name: &str) -> Option<String> {
         .output()
         .expect("gcc");
     assert!(out.status.success(), "gcc: {}", text(&out));
-    let ip = addr();
-    let (ok, out) = finish(spawn(&dir, &ip, exe.to_str().unwrap(), &[&ip, &port()]), Duration::from_secs(20));
+    Some((dir, exe))
+}
+
+/// A client process that returns from `main` connected, without `rdma_disconnect`
+/// (tests/c/cmexit.c): its peer gets DISCONNECTED at once, as when the kernel closes an
+/// exiting process's `rdma_cm` descriptor, instead of when its QP next times out.
+#[test]
+fn a_process_exiting_connected_disconnects() {
+    let Some((dir, exe)) = build_c("cmexit") else { return };
+    let exe = exe.to_str().unwrap();
+    let (sip, cip, port) = (addr(), addr(), port());
+    let server = spawn(&dir, &sip, exe, &["server", &sip, &port]);
+    let t0 = std::time::Instant::now();
+    while !roce_bound(&sip) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the server's device did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let (cok, cout) = finish(spawn(&dir, &cip, exe, &["client", &sip, &port]), Duration::from_secs(20));
+    let (sok, sout) = finish(server, Duration::from_secs(20));
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(ok, "{out}");
-    Some(out)
+    assert!(cok && cout.contains("ok connected"), "client:\n{cout}");
+    assert!(sok && sout.contains("ok disconnected-by-exit"), "server:\n{sout}");
 }
 
 #[test]

@@ -218,6 +218,39 @@ fn init() {
     static INIT: OnceLock<()> = OnceLock::new();
     INIT.get_or_init(|| {
         softroce::verbs::cm::registry::set_device_opener(Some(Arc::new(open_for)));
+        // SAFETY: registers a function with no arguments that stays in the library (which is
+        // never unloaded: it is the process's libibverbs).
+        unsafe { libc::atexit(disconnect_at_exit) };
+    });
+}
+
+/// At `exit`: every connection an id still holds is disconnected (a DREQ, or the DREP to the
+/// peer's DREQ), as the kernel does when a process's `rdma_cm` descriptor closes — the peer
+/// learns at once that the process is gone instead of when its QP next times out. Best
+/// effort: an id another thread holds at that moment is left alone. (A killed process sends
+/// nothing: there is no kernel to do it for us.)
+extern "C" fn disconnect_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        // Held throughout: rdma_destroy_id cannot free an id under us.
+        let Some(ids) = IDS.try_lock() else { return };
+        let mut devices: Vec<softroce::verbs::Device> = Vec::new();
+        for p in ids.iter().flat_map(|m| m.values()) {
+            // SAFETY: registered ids are live until rdma_destroy_id removes them (it needs IDS).
+            let Some(o) = (unsafe { id_of(*p as *const rdma_cm_id) }) else { continue };
+            let Some(mut st) = o.rust.st.try_lock() else { continue };
+            let Some(cm) = st.cm.as_mut() else { continue };
+            use softroce::verbs::cm::CmIdState as S;
+            if matches!(cm.state(), S::Connect | S::Established | S::Disconnect) && cm.disconnect().is_ok() {
+                if let Some(d) = cm.device() {
+                    devices.push(d.clone());
+                }
+            }
+        }
+        // One more round trip through each engine: the MADs the disconnects produced have
+        // been handed to the socket before the process goes.
+        for d in devices {
+            let _ = d.counters();
+        }
     });
 }
 
