@@ -240,10 +240,11 @@ extern "C" fn disconnect_at_exit() {
             let Some(mut st) = o.rust.st.try_lock() else { continue };
             let Some(cm) = st.cm.as_mut() else { continue };
             use softroce::verbs::cm::CmIdState as S;
-            if matches!(cm.state(), S::Connect | S::Established | S::Disconnect) && cm.disconnect().is_ok() {
-                if let Some(d) = cm.device() {
-                    devices.push(d.clone());
-                }
+            if matches!(cm.state(), S::Connect | S::Established | S::Disconnect)
+                && cm.disconnect().is_ok()
+                && let Some(d) = cm.device()
+            {
+                devices.push(d.clone());
             }
         }
         // One more round trip through each engine: the MADs the disconnects produced have
