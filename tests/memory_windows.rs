@@ -48,6 +48,7 @@ fn type1_bind_grants_only_the_window_and_rebind_revokes_the_old_rkey() {
     assert_eq!(mw.rkey(), rkey);
     assert_eq!(rkey.value() >> 8, first.value() >> 8, "the index stays, the 8-bit key changes");
     assert_ne!(rkey, first);
+    assert_eq!(target.bound_windows(), 1, "ibv_dereg_mr would fail with EINVAL");
 
     let base = target.addr() + 64;
     assert_eq!(write(&a, 2, 18, RemoteAddr { addr: base + 10, rkey }), WcStatus::Success);
@@ -85,6 +86,7 @@ fn type1_bind_grants_only_the_window_and_rebind_revokes_the_old_rkey() {
     // A zero-length bind unbinds it.
     let none = b.qp.bind_mw(9, &mw, &target, 0, 0, Access::NONE).unwrap();
     assert_eq!(b.wait().status, WcStatus::Success);
+    assert_eq!(target.bound_windows(), 0);
     assert_eq!(write(&a, 8, 4, RemoteAddr { addr: target.addr(), rkey: none }), WcStatus::RemAccessErr);
 }
 
@@ -103,6 +105,7 @@ fn type2_bind_by_work_request_and_local_invalidate() {
     assert_eq!((wc.status, wc.opcode), (WcStatus::Success, WcOpcode::BindMw));
     assert_eq!(write(&a, 1, 18, RemoteAddr { addr: target.addr() + 8, rkey }), WcStatus::Success);
     assert_eq!(&target.to_vec()[8..26], b"through the window");
+    assert_eq!(target.bound_windows(), 1);
 
     // A bound type 2 window cannot be bound again before it is invalidated.
     let (op, _) = mw.bind_op(&target, 0, 64, Access::REMOTE_WRITE);
@@ -113,6 +116,7 @@ fn type2_bind_by_work_request_and_local_invalidate() {
     b.qp.post_send(SendWr { signaled: true, ..SendWr::new(4, SendOp::LocalInv(rkey), &[]) }).unwrap();
     let wc = b.wait();
     assert_eq!((wc.status, wc.opcode), (WcStatus::Success, WcOpcode::LocalInv));
+    assert_eq!(target.bound_windows(), 0);
     assert_eq!(write(&a, 2, 4, RemoteAddr { addr: target.addr(), rkey }), WcStatus::RemAccessErr);
     restate(&a, &b);
 
@@ -124,7 +128,9 @@ fn type2_bind_by_work_request_and_local_invalidate() {
     assert_eq!(write(&a, 3, 4, RemoteAddr { addr: target.addr(), rkey: rkey2 }), WcStatus::Success);
 
     // Deallocating the window kills its rkey.
+    assert_eq!(target.bound_windows(), 1);
     drop(mw);
+    assert_eq!(target.bound_windows(), 0);
     assert_eq!(write(&a, 4, 4, RemoteAddr { addr: target.addr(), rkey: rkey2 }), WcStatus::RemAccessErr);
 }
 

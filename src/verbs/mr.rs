@@ -441,6 +441,26 @@ impl MrTable {
         mw
     }
 
+    /// How many windows are bound to the region registered under `lkey` (rxe's `num_mw`).
+    /// Scans the windows only when there are any.
+    pub(crate) fn windows_bound_to(&self, lkey: u32) -> usize {
+        if self.windows == 0 {
+            return 0;
+        }
+        self.by_index
+            .values()
+            .filter(|e| match e {
+                Entry::Mw(mw) => {
+                    let st = mw.state.lock();
+                    st.phase == MwPhase::Valid
+                        && st.length > 0
+                        && st.mr.as_ref().is_some_and(|(k, _)| *k == lkey)
+                }
+                Entry::Mr(_) => false,
+            })
+            .count()
+    }
+
     /// Deallocates the window `mw` (`ibv_dealloc_mw`): its rkey stops working at once.
     pub(crate) fn remove_mw(&mut self, mw: &Arc<MwInner>) {
         let index = mw.state.lock().rkey >> 8;
@@ -875,6 +895,16 @@ impl MemoryRegion {
     pub unsafe fn as_mut_slice(&self) -> &mut [u8] {
         // SAFETY: the caller guarantees exclusive access for the slice's lifetime.
         unsafe { std::slice::from_raw_parts_mut(self.inner.bytes.as_ptr(), self.len()) }
+    }
+}
+
+impl MemoryRegion {
+    /// How many memory windows are bound to this region now. `ibv_dereg_mr` of a region with
+    /// windows bound fails with `EINVAL` (IBA 10.6.7.2.6, as rxe); dropping the handle
+    /// deregisters it regardless, and the windows keep the memory alive until they are
+    /// invalidated, rebound or deallocated.
+    pub fn bound_windows(&self) -> usize {
+        self.device.mrs.read().windows_bound_to(self.inner.lkey)
     }
 }
 

@@ -239,7 +239,8 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     })
 }
 
-/// `ibv_dereg_mr`: 0, or `EINVAL` for a pointer that is not an MR of ours. The keys stop
+/// `ibv_dereg_mr`: 0, or `EINVAL` for a pointer that is not an MR of ours or a region with
+/// memory windows bound (IBA 10.6.7.2.6, as rxe: unbind or deallocate them first). The keys stop
 /// working at once (work requests still queued that name them complete with a protection
 /// error).
 ///
@@ -247,6 +248,12 @@ pub unsafe extern "C" fn ibv_rereg_mr(
 /// `mr` is NULL or an MR of ours, not used again.
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     zero_or_errno(|| {
+        // SAFETY: per the caller.
+        let o = unsafe { Obj::<ibv_mr, Mr>::from_c(mr, MR_MAGIC) }.ok_or(libc::EINVAL)?;
+        // A region with memory windows bound stays (IBA 10.6.7.2.6; rxe: EINVAL).
+        if o.rust.mr.lock().bound_windows() > 0 {
+            return Err(libc::EINVAL);
+        }
         // SAFETY: per the caller.
         unsafe { Obj::<ibv_mr, Mr>::take(mr, MR_MAGIC) }.ok_or(libc::EINVAL)?;
         Ok(())
