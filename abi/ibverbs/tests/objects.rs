@@ -66,6 +66,11 @@ fn object_verbs_from_c() {
         "ibv_req_notify_cq(cq, 1) fires for the solicited receive only"
     );
     assert_eq!(line(&out, "rdma_write"), "1 status 0 opcode 1 data_ok 1");
+    assert_eq!(
+        line(&out, "dereg_bound"),
+        "bind 0 done 1 status 0 dereg 22 dealloc 0 dereg_after 0",
+        "ibv_dereg_mr with a window bound: EINVAL"
+    );
     assert_eq!(line(&out, "cq_ex_timestamp"), format!("0 errno {}", libc::EOPNOTSUPP));
     assert_eq!(line(&out, "qp_ex"), "1 1 1 to_qp_ex_plain_null 1");
     assert_eq!(line(&out, "connect_ex"), "0 0");

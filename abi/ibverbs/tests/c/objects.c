@@ -257,6 +257,23 @@ int main(int argc, char **argv)
 	printf("rdma_write %d status %d opcode %d data_ok %d\n", got, wc[0].status, wc[0].opcode,
 	       ((unsigned char *)bufa)[8 * SZ + SZ - 1] == 0x5a);
 
+	/* A region with a memory window bound cannot be deregistered (EINVAL, as rxe); once the
+	 * window is deallocated it can. */
+	static char wbuf[4096];
+	struct ibv_mr *wm = ibv_reg_mr(pd, wbuf, sizeof wbuf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+	struct ibv_mw_bind mb = { .wr_id = 20, .send_flags = IBV_SEND_SIGNALED,
+				  .bind_info = { .mr = wm, .addr = (uintptr_t)wbuf, .length = 64,
+						 .mw_access_flags = IBV_ACCESS_REMOTE_WRITE } };
+	int bound = wm && mw ? ibv_bind_mw(qa, mw, &mb) : -1;
+	got = 0;
+	for (int t = 0; t < 5000000 && !got && bound == 0; t++)
+		got = ibv_poll_cq(scq, 1, wc) == 1 && wc[0].wr_id == 20;
+	int busy = ibv_dereg_mr(wm);
+	int freed = ibv_dealloc_mw(mw);
+	printf("dereg_bound bind %d done %d status %d dereg %d dealloc %d dereg_after %d\n", bound, got,
+	       wc[0].status, busy, freed, ibv_dereg_mr(wm));
+
 	/* The extended CQ and the new post API. */
 	struct ibv_cq_init_attr_ex cxa = { .cqe = 64, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
 	errno = 0;
