@@ -1,5 +1,6 @@
 /* What the rdma_cm C tests share: CHECK (print the failing line and errno, exit 1), the test's
- * event channel `ch`, expect() (the next event must be of a type) and sa() (an IPv4 address). */
+ * event channel `ch`, expect() (the next event must be of a type), sa() (an IPv4 address) and
+ * qp() (a small QP for an id). */
 #ifndef SOFTROCE_TEST_CM_H
 #define SOFTROCE_TEST_CM_H
 #include <errno.h>
@@ -29,6 +30,17 @@ static struct sockaddr_in sa(const char *ip, int port)
 	a.sin_port = htons(port);
 	inet_pton(AF_INET, ip, &a.sin_addr);
 	return a;
+}
+
+/* A QP of type t for the id (4 work requests and 1 SGE each way, the library's own CQs). */
+static void qp(struct rdma_cm_id *id, enum ibv_qp_type t)
+{
+	struct ibv_qp_init_attr qa;
+	memset(&qa, 0, sizeof qa);
+	qa.qp_type = t;
+	qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
+	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+	CHECK(rdma_create_qp(id, NULL, &qa) == 0, "create_qp");
 }
 
 #endif

@@ -21,7 +21,6 @@ static struct rdma_cm_id *client(const char *ip, int port, const char *pdata)
 	struct rdma_cm_id *id;
 	struct rdma_cm_event *ev;
 	struct sockaddr_in dst = sa(ip, port);
-	struct ibv_qp_init_attr qa;
 	struct rdma_conn_param cp;
 
 	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "create_id");
@@ -31,11 +30,7 @@ static struct rdma_cm_id *client(const char *ip, int port, const char *pdata)
 	rdma_ack_cm_event(ev);
 	CHECK(rdma_resolve_route(id, 2000) == 0, "resolve_route");
 	rdma_ack_cm_event(expect(RDMA_CM_EVENT_ROUTE_RESOLVED));
-	memset(&qa, 0, sizeof qa);
-	qa.qp_type = IBV_QPT_RC;
-	qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
-	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
-	CHECK(rdma_create_qp(id, NULL, &qa) == 0, "create_qp");
+	qp(id, IBV_QPT_RC);
 	CHECK(id->qp && id->pd && id->send_cq && id->recv_cq && id->send_cq_channel && id->recv_cq_channel,
 	      "rdma_create_qp fills qp, pd, CQs and their channels");
 	CHECK(id->send_cq->cq_context == id, "the CQs' context is the id (rdma_get_send_comp asserts it)");
@@ -99,7 +94,6 @@ static void migrate_checks(const char *ip, int port)
 	struct rdma_cm_id *l, *cli, *srv;
 	struct rdma_cm_event *ev;
 	struct sockaddr_in me = sa(ip, port);
-	struct ibv_qp_init_attr qa;
 	struct migrator m;
 	struct pollfd p;
 	pthread_t t;
@@ -128,11 +122,7 @@ static void migrate_checks(const char *ip, int port)
 	pthread_join(t, NULL);
 	CHECK(m.done && l->channel == a, "migrate returned after the ack");
 	CHECK(rdma_migrate_id(srv, a) == 0 && srv->channel == a, "migrate the new id to a");
-	memset(&qa, 0, sizeof qa);
-	qa.qp_type = IBV_QPT_RC;
-	qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
-	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
-	CHECK(rdma_create_qp(srv, NULL, &qa) == 0, "server create_qp");
+	qp(srv, IBV_QPT_RC);
 	CHECK(rdma_accept(srv, NULL) == 0, "accept");
 	/* The client's answer waits on a (it was created there): move the client to b. Its
 	 * ESTABLISHED (which sends the RTU) comes from b, then the server's from a. */
@@ -221,11 +211,7 @@ int main(int argc, char **argv)
 	ev = expect(RDMA_CM_EVENT_CONNECT_REQUEST);
 	srv = ev->id;
 	rdma_ack_cm_event(ev);
-	memset(&qa, 0, sizeof qa);
-	qa.qp_type = IBV_QPT_RC;
-	qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
-	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
-	CHECK(rdma_create_qp(srv, NULL, &qa) == 0, "server create_qp");
+	qp(srv, IBV_QPT_RC);
 	CHECK(rdma_accept(srv, NULL) == 0, "accept");
 	for (int n = 0; n < 2; n++) {
 		ev = expect(RDMA_CM_EVENT_ESTABLISHED);

@@ -15,16 +15,6 @@
 
 #include "cm.h"
 
-static void qp(struct rdma_cm_id *id)
-{
-	struct ibv_qp_init_attr qa;
-	memset(&qa, 0, sizeof qa);
-	qa.qp_type = IBV_QPT_RC;
-	qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
-	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
-	CHECK(rdma_create_qp(id, NULL, &qa) == 0, "create_qp");
-}
-
 int main(int argc, char **argv)
 {
 	struct rdma_cm_id *id, *conn;
@@ -44,7 +34,7 @@ int main(int argc, char **argv)
 		ev = expect(RDMA_CM_EVENT_CONNECT_REQUEST);
 		conn = ev->id;
 		rdma_ack_cm_event(ev);
-		qp(conn);
+		qp(conn, IBV_QPT_RC);
 		CHECK(rdma_accept(conn, NULL) == 0, "accept");
 		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED));
 		p.fd = ch->fd;
@@ -65,7 +55,7 @@ int main(int argc, char **argv)
 	rdma_ack_cm_event(expect(RDMA_CM_EVENT_ADDR_RESOLVED));
 	CHECK(rdma_resolve_route(id, 2000) == 0, "resolve_route");
 	rdma_ack_cm_event(expect(RDMA_CM_EVENT_ROUTE_RESOLVED));
-	qp(id);
+	qp(id, IBV_QPT_RC);
 	CHECK(rdma_connect(id, NULL) == 0, "connect");
 	rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED));
 	printf("ok connected\n");

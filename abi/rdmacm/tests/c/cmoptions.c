@@ -37,16 +37,6 @@ static struct rdma_cm_id *resolved(const char *ip, int port, enum rdma_port_spac
 	return id;
 }
 
-static void qp(struct rdma_cm_id *id, enum ibv_qp_type t)
-{
-	struct ibv_qp_init_attr qa;
-	memset(&qa, 0, sizeof qa);
-	qa.qp_type = t;
-	qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
-	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
-	CHECK(rdma_create_qp(id, NULL, &qa) == 0, "create_qp");
-}
-
 static void set_tos_and_timeout(struct rdma_cm_id *id)
 {
 	uint8_t tos = 32, timeout = 17;
