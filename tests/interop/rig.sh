@@ -35,6 +35,9 @@
 #                              netem on guest K's eth0 egress (default), ingress
 #                              (via ifb0) or both; "reorder" without "delay" gets
 #                              "delay ${RIG_REORDER_DELAY:-2ms}" added
+#   cm-delay K DELAY|off       delay the CM's MADs (RoCEv2 packets to QP 1) arriving at
+#                              guest K by DELAY (netem on ifb0 for them alone); other
+#                              traffic passes undelayed. "netem K off" also clears it
 #   counters K                 guest K's rxe0 hw_counters as "name value" lines
 #   gid K                      guest K's non-empty GID table: "index gid type ndev"
 #   devinfo K                  ibv_devinfo -v in guest K
@@ -84,7 +87,7 @@ BINS="usr/bin/ibv_devinfo usr/bin/ibv_devices usr/bin/ibv_rc_pingpong usr/bin/ib
  bin/ip=usr/sbin/ip sbin/tc=usr/sbin/tc bin/ss=usr/sbin/ss"
 # kernel modules (dependencies resolved with modprobe --show-depends)
 MODS="virtio_pci virtio_net virtio_console crc32_generic rdma_rxe ib_umad rdma_ucm
- sch_netem ifb sch_ingress cls_matchall act_mirred"
+ sch_netem ifb sch_ingress cls_matchall act_mirred sch_prio cls_u32"
 
 log() { echo "[rig $(date +%T)] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -493,6 +496,23 @@ cmd_netem() {
     esac
 }
 
+cmd_cm_delay() {
+    [ $# -eq 2 ] || die "usage: cm-delay K DELAY|off"
+    local k=$1 d=$2 TC=/usr/sbin/tc IPR=/usr/sbin/ip; check_k "$k"
+    if [ "$d" = off ]; then cmd_netem "$k" off; return; fi
+    # IPv4 + UDP to 4791 whose BTH names destination QP 1: the BTH's DestQP is the low 24 bits
+    # of the 32-bit word 4 bytes into the UDP payload (IP header 20, UDP 8: offset 32).
+    vmctl "$k" x 30 "set -e
+        $IPR link set ifb0 mtu \$(cat /sys/class/net/eth0/mtu) up
+        $TC qdisc replace dev eth0 handle ffff: ingress
+        $TC filter del dev eth0 parent ffff: 2>/dev/null || true
+        $TC filter add dev eth0 parent ffff: matchall action mirred egress redirect dev ifb0
+        $TC qdisc replace dev ifb0 root handle 1: prio bands 3 priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1
+        $TC qdisc replace dev ifb0 parent 1:1 handle 10: netem delay $d
+        $TC filter add dev ifb0 parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 4791 0xffff match u32 0x00000001 0x00ffffff at 32 flowid 1:1" \
+        && log "vm$k: CM MADs in delayed by $d"
+}
+
 cmd_counters() {
     [ $# -eq 1 ] || die "usage: counters K"
     check_k "$1"
@@ -584,6 +604,7 @@ case $cmd in
     host) cmd_host "$@" ;;
     mtu) cmd_mtu "$@" ;;
     netem) cmd_netem "$@" ;;
+    cm-delay) cmd_cm_delay "$@" ;;
     counters) cmd_counters "$@" ;;
     gid) cmd_gid "$@" ;;
     devinfo) [ $# -eq 1 ] || die "usage: devinfo K"; check_k "$1"; vmctl "$1" x 60 "ibv_devinfo -v" ;;
