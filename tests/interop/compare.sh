@@ -1,0 +1,184 @@
+#!/bin/bash
+# compare.sh - kernel rxe against softroce on the same (emulated) CPU, in the same run.
+#
+#   tests/interop/compare.sh [--short] [--keep]        (as root; flock /tmp/softroce-rig.lock)
+#
+# Boots the rig's two guests (vm1 10.77.0.2 = server, vm2 10.77.0.3 = client), then
+#   1. rxe <-> rxe: ib_write_bw 64 KiB, ib_send_lat 2 B, ib_read_bw 64 KiB (perftest, -x 1);
+#   2. removes kernel rxe from both guests (it holds UDP 4791): rdma link delete rxe0,
+#      rmmod rdma_rxe, and checks that no socket is bound to UDP 4791 any more;
+#   3. softroce <-> softroce: softroce perf write-bw / send-lat / read-bw with the same sizes and
+#      iterations (UDP backend, each guest's device on its eth0 address, -d);
+#   4. puts kernel rxe back (insmod rdma_rxe, rdma link add rxe0, port ACTIVE with its IPv4 GID)
+#      and checks it with ibv_rc_pingpong between the guests;
+# prints a table with each softroce figure as a ratio to rxe's and one JSON line per row, and
+# takes the rig down (--keep: leave it up, rxe restored).
+#
+# Both stacks run in the same TCG guests on the same host cores: emulation makes both slow, so
+# the absolute numbers mean little; the ratio is the point. Figures: perftest's "BW average"
+# (MB/s) and "t_typical" (µs, half a round trip), from the client's report on both sides.
+#
+# Iterations: perftest's defaults (5000 for bandwidth, 1000 for latency); --short (CI): 100 each.
+# COMPARE_ITERS_BW / COMPARE_ITERS_LAT override. The exit status is non-zero only when a run
+# fails outright (a program fails or prints no result, twice), or rxe cannot be removed or put
+# back: never because of a ratio.
+#
+# Needs the release binary (cargo build --release --bin softroce): rig.sh build puts it into the
+# guest image (RIG_SOFTROCE to use another one).
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+RIG=$HERE/rig.sh
+SHORT=0 KEEP=0
+for a in "$@"; do
+    case $a in
+        --short) SHORT=1 ;;
+        --keep) KEEP=1 ;;
+        -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "usage: $0 [--short] [--keep]" >&2; exit 2 ;;
+    esac
+done
+if [ $SHORT = 1 ]; then IBW=100 ILAT=100; else IBW=5000 ILAT=1000; fi
+IBW=${COMPARE_ITERS_BW:-$IBW}
+ILAT=${COMPARE_ITERS_LAT:-$ILAT}
+SR_BIN=${RIG_SOFTROCE:-$REPO/target/release/softroce}
+VM1=10.77.0.2
+VM2=10.77.0.3
+# a perftest result row: size, iterations, then three or more numbers
+ROW='^ +[0-9]+ +[0-9]+([[:space:]]+[0-9.]+){3}'
+
+say() { echo "[compare $(date +%T)] $*" >&2; }
+[ -f "$SR_BIN" ] || { say "no softroce binary at $SR_BIN: cargo build --release --bin softroce"; exit 2; }
+W=$("$RIG" env | sed -n 's/^RIG_WORK=//p')
+OUT=$W/compare
+mkdir -p "$OUT"
+rm -f "$OUT"/*.log
+
+cleanup() { [ $KEEP = 1 ] || "$RIG" down >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+T0=$(date +%s)
+say "rig: build (softroce $SR_BIN in the image) and boot two guests"
+"$RIG" build >/dev/null || { say "rig build failed"; exit 1; }
+"$RIG" down >/dev/null 2>&1 || true
+"$RIG" up 2 >/dev/null || { say "rig up failed"; exit 1; }
+"$RIG" vm 1 'softroce --version' >/dev/null 2>&1 || { say "the guest image has no working /usr/bin/softroce"; exit 1; }
+PMTU=$("$RIG" mtu | awk '{ m = $NF } END { print m }')
+
+# pair STACK TEST ARGS: run TEST between the guests (vm1 server, vm2 client); prints the
+# client's result row; the log goes to $OUT/STACK-TEST.log. One more try if the first fails
+# (perftest under TCG now and then gives up on its clock calibration: "Can't produce a report").
+pair() {
+    local stack=$1 test=$2 args=$3 try log srv cli row
+    for try in 1 2; do
+        log=$OUT/$stack-$test.log
+        [ $try = 2 ] && { mv "$log" "$log.first"; say "$stack $test failed; once more (first run: $log.first)"; }
+        if [ "$stack" = rxe ]; then
+            srv="ib_$test -x 1 $args"
+            cli="ib_$test -x 1 $args $VM1"
+        else
+            srv="softroce perf ${test/_/-} -d $VM1 $args"
+            cli="softroce perf ${test/_/-} -d $VM2 $args $VM1"
+        fi
+        {
+            echo "### $stack $test: server vm1: $srv; client vm2: $cli"
+            "$RIG" vm-bg -t 300 1 srv "$srv"
+            "$RIG" wait-port 1 18515 60 || echo "server did not listen"
+            echo "--- client (vm2)"
+            "$RIG" vm -t 300 2 "$cli"; echo "--- client exit $?"
+            echo "--- server (vm1)"
+            "$RIG" vm-wait 1 srv 60; echo "--- server exit $?"
+        } > "$log" 2>&1
+        row=$(sed -n '/^--- client (vm2)/,/^--- client exit/p' "$log" | grep -E "$ROW" | tail -1)
+        if grep -q '^--- client exit 0$' "$log" && grep -q '^--- server exit 0$' "$log" && [ -n "$row" ]; then
+            echo "$row"
+            return 0
+        fi
+        "$RIG" vm-kill 1 srv >/dev/null 2>&1
+    done
+    say "$stack $test failed twice: $log"
+    tail -n 30 "$log" >&2
+    return 1
+}
+
+# figure TEST ROW: BW average (MB/s) for a bandwidth test, t_typical (µs) for a latency test
+figure() { case $1 in *_bw) awk '{ print $4 }' <<< "$2" ;; *) awk '{ print $5 }' <<< "$2" ;; esac; }
+
+TESTS="write_bw send_lat read_bw"
+declare -A ARGS=([write_bw]="-s 65536 -n $IBW" [send_lat]="-s 2 -n $ILAT" [read_bw]="-s 65536 -n $IBW")
+declare -A RES
+FAILED=0
+for stack in rxe softroce; do
+    if [ $stack = softroce ]; then
+        say "removing kernel rxe from both guests (it holds UDP 4791)"
+        for k in 1 2; do
+            if ! "$RIG" vm -t 60 $k '/usr/bin/rdma link delete rxe0 && rmmod rdma_rxe &&
+                    ! grep -qi ":12B7 " /proc/net/udp /proc/net/udp6 && [ -z "$(ls /sys/class/infiniband 2>/dev/null)" ]' >&2; then
+                say "vm$k: could not remove rxe or UDP 4791 is still bound:"
+                "$RIG" vm $k 'lsmod; cat /proc/net/udp /proc/net/udp6' >&2
+                exit 1
+            fi
+        done
+    fi
+    for t in $TESTS; do
+        say "$stack $t ${ARGS[$t]}"
+        if row=$(pair $stack $t "${ARGS[$t]}"); then
+            RES[$stack.$t]=$(figure $t "$row")
+            say "$stack $t: ${RES[$stack.$t]} $([[ $t == *_bw ]] && echo MB/s || echo µs)"
+        else
+            RES[$stack.$t]=""
+            FAILED=$((FAILED + 1))
+        fi
+    done
+done
+
+say "putting kernel rxe back in both guests"
+for k in 1 2; do
+    "$RIG" vm -t 120 $k 'insmod /lib/modules/$(cat /etc/rig-kver)/$(grep /rdma_rxe.ko /etc/rig-modules.order) &&
+        /usr/bin/rdma link add rxe0 type rxe netdev eth0 || exit 1
+        P=/sys/class/infiniband/rxe0/ports/1; i=0
+        while [ $i -lt 300 ]; do
+            case "$(cat $P/state)" in *ACTIVE*) case "$(cat $P/gids/1)" in 0000:0000:0000:0000:0000:ffff:*) exit 0 ;; esac ;; esac
+            sleep 0.1; i=$((i + 1))
+        done; exit 1' >&2 || { say "vm$k: rxe could not be put back"; FAILED=$((FAILED + 1)); }
+done
+"$RIG" vm-bg -t 60 1 pp 'ibv_rc_pingpong -g 1 -n 20' && "$RIG" wait-port 1 18515 30 &&
+    "$RIG" vm -t 60 2 "ibv_rc_pingpong -g 1 -n 20 $VM1" > "$OUT/rxe-restored.log" 2>&1 && "$RIG" vm-wait 1 pp 30 >> "$OUT/rxe-restored.log" 2>&1 &&
+    say "rxe is back: ibv_rc_pingpong vm2 -> vm1 ok" || { say "rxe after the comparison: ibv_rc_pingpong failed ($OUT/rxe-restored.log)"; FAILED=$((FAILED + 1)); }
+
+# ---- the table and one JSON line per row
+{
+    echo "| test | size | iterations | kernel rxe ↔ rxe | softroce ↔ softroce | softroce / rxe |"
+    echo "|---|---|---|---|---|---|"
+    for t in $TESTS; do
+        r=${RES[rxe.$t]} s=${RES[softroce.$t]}
+        case $t in
+            write_bw) name="RC WRITE bandwidth (BW average)"; size="64 KiB"; n=$IBW; u="MB/s"; better=higher ;;
+            send_lat) name="RC SEND latency (t_typical)"; size="2 B"; n=$ILAT; u="µs"; better=lower ;;
+            read_bw) name="RC READ bandwidth (BW average)"; size="64 KiB"; n=$IBW; u="MB/s"; better=higher ;;
+        esac
+        ratio=$([ -n "$r" ] && [ -n "$s" ] && awk -v a="$s" -v b="$r" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
+        printf '| %s | %s | %s | %s | %s | %s |\n' "$name" "$size" "$n" "${r:-failed} ${r:+$u}" "${s:-failed} ${s:+$u}" \
+            "${ratio:+${ratio}× ($better is better)}"
+    done
+} > "$OUT/table.md"
+# json TEST SIZE ITERS METRIC RXE SOFTROCE: one machine-readable line (null for a failed side)
+json() {
+    local t=$1 size=$2 n=$3 metric=$4 r=$5 s=$6 ratio
+    ratio=$([ -n "$r" ] && [ -n "$s" ] && awk -v a="$s" -v b="$r" 'BEGIN { if (b > 0) printf "%.3f", a / b }')
+    printf '{"bench":"rxe-compare","test":"%s","size":%s,"iters":%s,"pmtu":%s,"metric":"%s","rxe":%s,"softroce":%s,"ratio":%s,"short":%s}\n' \
+        "$t" "$size" "$n" "${PMTU:-null}" "$metric" "${r:-null}" "${s:-null}" "${ratio:-null}" "$([ $SHORT = 1 ] && echo true || echo false)"
+}
+{
+    json write_bw 65536 "$IBW" bw_avg_MBps "${RES[rxe.write_bw]}" "${RES[softroce.write_bw]}"
+    json send_lat 2 "$ILAT" t_typical_us "${RES[rxe.send_lat]}" "${RES[softroce.send_lat]}"
+    json read_bw 65536 "$IBW" bw_avg_MBps "${RES[rxe.read_bw]}" "${RES[softroce.read_bw]}"
+} > "$OUT/results.jsonl"
+cat "$OUT/table.md"
+echo
+echo "Two QEMU TCG guests (1 vCPU each), PMTU ${PMTU:-?}, vm2 client -> vm1 server; $(( $(date +%s) - T0 )) s, $(date -u +%Y-%m-%d), guest kernel $(cat "$W/kver" 2>/dev/null), softroce $("$SR_BIN" --version 2>/dev/null | awk '{ print $NF }')."
+cat "$OUT/results.jsonl"
+say "compare: $FAILED failed; logs in $OUT"
+[ "$FAILED" = 0 ]
