@@ -18,6 +18,7 @@
 # the absolute numbers mean little; the ratio is the point. Figures: perftest's "BW average"
 # (MB/s) and "t_typical" (µs, half a round trip), from the client's report on both sides.
 #
+# COMPARE_SR_ENV: environment for the softroce runs (e.g. SOFTROCE_INLINE_PROGRESS=1).
 # Iterations: perftest's defaults (5000 for bandwidth, 1000 for latency); --short (CI): 100 each.
 # COMPARE_ITERS_BW / COMPARE_ITERS_LAT override. The exit status is non-zero only when a run
 # fails outright (a program fails or prints no result, twice), or rxe cannot be removed or put
@@ -43,6 +44,7 @@ if [ $SHORT = 1 ]; then IBW=100 ILAT=100; else IBW=5000 ILAT=1000; fi
 IBW=${COMPARE_ITERS_BW:-$IBW}
 ILAT=${COMPARE_ITERS_LAT:-$ILAT}
 SR_BIN=${RIG_SOFTROCE:-$REPO/target/release/softroce}
+SR_ENV=${COMPARE_SR_ENV:+env $COMPARE_SR_ENV }
 VM1=10.77.0.2
 VM2=10.77.0.3
 # a perftest result row: size, iterations, then three or more numbers
@@ -65,7 +67,7 @@ say "rig: build (softroce $SR_BIN in the image) and boot two guests"
 "$RIG" down >/dev/null 2>&1 || true
 "$RIG" up 2 >/dev/null || { say "rig up failed"; exit 1; }
 "$RIG" vm 1 'softroce --version' >/dev/null 2>&1 || { say "the guest image has no working /usr/bin/softroce"; exit 1; }
-PMTU=$("$RIG" mtu | awk '{ m = $NF } END { print m }')
+PMTU=$("$RIG" mtu | grep -oE 'active_mtu: [0-9]+' | head -1 | grep -oE '[0-9]+$')
 
 # pair STACK TEST ARGS: run TEST between the guests (vm1 server, vm2 client); prints the
 # client's result row; the log goes to $OUT/STACK-TEST.log. One more try if the first fails
@@ -79,8 +81,8 @@ pair() {
             srv="ib_$test -x 1 $args"
             cli="ib_$test -x 1 $args $VM1"
         else
-            srv="softroce perf ${test/_/-} -d $VM1 $args"
-            cli="softroce perf ${test/_/-} -d $VM2 $args $VM1"
+            srv="${SR_ENV}softroce perf ${test/_/-} -d $VM1 $args"
+            cli="${SR_ENV}softroce perf ${test/_/-} -d $VM2 $args $VM1"
         fi
         {
             echo "### $stack $test: server vm1: $srv; client vm2: $cli"
@@ -178,7 +180,7 @@ json() {
 } > "$OUT/results.jsonl"
 cat "$OUT/table.md"
 echo
-echo "Two QEMU TCG guests (1 vCPU each), PMTU ${PMTU:-?}, vm2 client -> vm1 server; $(( $(date +%s) - T0 )) s, $(date -u +%Y-%m-%d), guest kernel $(cat "$W/kver" 2>/dev/null), softroce $("$SR_BIN" --version 2>/dev/null | awk '{ print $NF }')."
+echo "Two QEMU TCG guests (1 vCPU each), PMTU ${PMTU:-?}, vm2 client -> vm1 server${SR_ENV:+, softroce run with $COMPARE_SR_ENV}; $(( $(date +%s) - T0 )) s, $(date -u +%Y-%m-%d), guest kernel $(cat "$W/kver" 2>/dev/null), softroce $("$SR_BIN" --version 2>/dev/null | awk '{ print $NF }')."
 cat "$OUT/results.jsonl"
 say "compare: $FAILED failed; logs in $OUT"
 [ "$FAILED" = 0 ]
