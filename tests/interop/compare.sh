@@ -53,9 +53,13 @@ ROW='^ +[0-9]+ +[0-9]+([[:space:]]+[0-9.]+){3}'
 say() { echo "[compare $(date +%T)] $*" >&2; }
 [ -f "$SR_BIN" ] || { say "no softroce binary at $SR_BIN: cargo build --release --bin softroce"; exit 2; }
 W=$("$RIG" env | sed -n 's/^RIG_WORK=//p')
-OUT=$W/compare
+# one directory per invocation (the last ten kept), $W/compare/latest -> the newest
+OUT=$W/compare/$(date -u +%Y%m%dT%H%M%S)
 mkdir -p "$OUT"
-rm -f "$OUT"/*.log
+ln -sfn "$OUT" "$W/compare/latest"
+find "$W/compare" -mindepth 1 -maxdepth 1 -type d -name '2*' | sort | head -n -10 | xargs -r rm -rf
+load() { cut -d' ' -f1 /proc/loadavg; }
+LOAD0=$(load)
 
 cleanup() { [ $KEEP = 1 ] || "$RIG" down >/dev/null 2>&1 || true; }
 trap cleanup EXIT
@@ -86,12 +90,18 @@ pair() {
         fi
         {
             echo "### $stack $test: server vm1: $srv; client vm2: $cli"
+            echo "--- $(date +%T.%N | cut -c1-12) server start (host load $(load))"
             "$RIG" vm-bg -t 300 1 srv "$srv"
-            "$RIG" wait-port 1 18515 60 || echo "server did not listen"
+            if ! "$RIG" wait-port 1 18515 30; then
+                echo "server did not listen; vm1's processes and load:"
+                "$RIG" vm -t 30 1 'ps -o pid,stat,time,args | grep -v " \[" ; cat /proc/loadavg; netstat -ltnu'
+            fi
+            echo "--- $(date +%T.%N | cut -c1-12) client start"
             echo "--- client (vm2)"
             "$RIG" vm -t 300 2 "$cli"; echo "--- client exit $?"
             echo "--- server (vm1)"
             "$RIG" vm-wait 1 srv 60; echo "--- server exit $?"
+            echo "--- $(date +%T.%N | cut -c1-12) end"
         } > "$log" 2>&1
         row=$(sed -n '/^--- client (vm2)/,/^--- client exit/p' "$log" | grep -E "$ROW" | tail -1)
         if grep -q '^--- client exit 0$' "$log" && grep -q '^--- server exit 0$' "$log" && [ -n "$row" ]; then
@@ -116,7 +126,10 @@ for stack in rxe softroce; do
     if [ $stack = softroce ]; then
         say "removing kernel rxe from both guests (it holds UDP 4791)"
         for k in 1 2; do
-            if ! "$RIG" vm -t 60 $k '/usr/bin/rdma link delete rxe0 && rmmod rdma_rxe &&
+            # (rmmod retried for a moment: the device's last reference may go a little after
+            # the link is deleted)
+            if ! "$RIG" vm -t 60 $k '/usr/bin/rdma link delete rxe0 || exit 1
+                    i=0; until rmmod rdma_rxe; do i=$((i + 1)); [ $i -gt 20 ] && exit 1; sleep 0.2; done
                     ! grep -qi ":12B7 " /proc/net/udp /proc/net/udp6 && [ -z "$(ls /sys/class/infiniband 2>/dev/null)" ]' >&2; then
                 say "vm$k: could not remove rxe or UDP 4791 is still bound:"
                 "$RIG" vm $k 'lsmod; cat /proc/net/udp /proc/net/udp6' >&2
@@ -151,6 +164,7 @@ done
     say "rxe is back: ibv_rc_pingpong vm2 -> vm1 ok" || { say "rxe after the comparison: ibv_rc_pingpong failed ($OUT/rxe-restored.log)"; FAILED=$((FAILED + 1)); }
 
 # ---- the table and one JSON line per row
+LOAD1=$(load)
 {
     echo "| test | size | iterations | kernel rxe ↔ rxe | softroce ↔ softroce | softroce / rxe |"
     echo "|---|---|---|---|---|---|"
@@ -170,8 +184,8 @@ done
 json() {
     local t=$1 size=$2 n=$3 metric=$4 r=$5 s=$6 ratio
     ratio=$([ -n "$r" ] && [ -n "$s" ] && awk -v a="$s" -v b="$r" 'BEGIN { if (b > 0) printf "%.3f", a / b }')
-    printf '{"bench":"rxe-compare","test":"%s","size":%s,"iters":%s,"pmtu":%s,"metric":"%s","rxe":%s,"softroce":%s,"ratio":%s,"short":%s}\n' \
-        "$t" "$size" "$n" "${PMTU:-null}" "$metric" "${r:-null}" "${s:-null}" "${ratio:-null}" "$([ $SHORT = 1 ] && echo true || echo false)"
+    printf '{"bench":"rxe-compare","test":"%s","size":%s,"iters":%s,"pmtu":%s,"metric":"%s","rxe":%s,"softroce":%s,"ratio":%s,"short":%s,"host_load":[%s,%s]}\n' \
+        "$t" "$size" "$n" "${PMTU:-null}" "$metric" "${r:-null}" "${s:-null}" "${ratio:-null}" "$([ $SHORT = 1 ] && echo true || echo false)" "$LOAD0" "$LOAD1"
 }
 {
     json write_bw 65536 "$IBW" bw_avg_MBps "${RES[rxe.write_bw]}" "${RES[softroce.write_bw]}"
@@ -180,7 +194,7 @@ json() {
 } > "$OUT/results.jsonl"
 cat "$OUT/table.md"
 echo
-echo "Two QEMU TCG guests (1 vCPU each), PMTU ${PMTU:-?}, vm2 client -> vm1 server${SR_ENV:+, softroce run with $COMPARE_SR_ENV}; $(( $(date +%s) - T0 )) s, $(date -u +%Y-%m-%d), guest kernel $(cat "$W/kver" 2>/dev/null), softroce $("$SR_BIN" --version 2>/dev/null | awk '{ print $NF }')."
+echo "Two QEMU TCG guests (1 vCPU each), PMTU ${PMTU:-?}, vm2 client -> vm1 server${SR_ENV:+, softroce run with $COMPARE_SR_ENV}; $(( $(date +%s) - T0 )) s, host load average $LOAD0 at the start and $LOAD1 at the end (2 cores), $(date -u +%Y-%m-%d), guest kernel $(cat "$W/kver" 2>/dev/null), softroce $("$SR_BIN" --version 2>/dev/null | awk '{ print $NF }')."
 cat "$OUT/results.jsonl"
 say "compare: $FAILED failed; logs in $OUT"
 [ "$FAILED" = 0 ]
