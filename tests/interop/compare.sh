@@ -9,18 +9,20 @@
 #      rmmod rdma_rxe, and checks that no socket is bound to UDP 4791 any more;
 #   3. softroce <-> softroce: softroce perf write-bw / send-lat / read-bw with the same sizes and
 #      iterations (UDP backend, each guest's device on its eth0 address, -d);
-#   4. puts kernel rxe back (insmod rdma_rxe, rdma link add rxe0, port ACTIVE with its IPv4 GID)
-#      and checks it with ibv_rc_pingpong between the guests;
-# prints a table with each softroce figure as a ratio to rxe's and one JSON line per row, and
-# takes the rig down (--keep: leave it up, rxe restored).
+#   4. puts kernel rxe back (insmod rdma_rxe, rdma link add rxe0, port ACTIVE with its IPv4 GID);
+# repeats 1-4 for each round (2 by default: the host's load drifts, and the rounds interleave
+# the two stacks), checks the restored rxe with ibv_rc_pingpong between the guests, prints a
+# table with each softroce figure as a ratio to rxe's in the same round and one JSON line per
+# test and round, and takes the rig down (--keep: leave it up, rxe restored).
 #
 # Both stacks run in the same TCG guests on the same host cores: emulation makes both slow, so
 # the absolute numbers mean little; the ratio is the point. Figures: perftest's "BW average"
 # (MB/s) and "t_typical" (µs, half a round trip), from the client's report on both sides.
 #
 # COMPARE_SR_ENV: environment for the softroce runs (e.g. SOFTROCE_INLINE_PROGRESS=1).
-# Iterations: perftest's defaults (5000 for bandwidth, 1000 for latency); --short (CI): 100 each.
-# COMPARE_ITERS_BW / COMPARE_ITERS_LAT override. The exit status is non-zero only when a run
+# Iterations: 2000 for bandwidth (perftest's default 5000 takes a minute a run under TCG), 1000
+# for latency (perftest's default), 2 rounds; --short (CI): 100 each, 1 round.
+# COMPARE_ITERS_BW / COMPARE_ITERS_LAT / COMPARE_ROUNDS override. The exit status is non-zero only when a run
 # fails outright (a program fails or prints no result, twice), or rxe cannot be removed or put
 # back: never because of a ratio.
 #
@@ -40,9 +42,10 @@ for a in "$@"; do
         *) echo "usage: $0 [--short] [--keep]" >&2; exit 2 ;;
     esac
 done
-if [ $SHORT = 1 ]; then IBW=100 ILAT=100; else IBW=5000 ILAT=1000; fi
+if [ $SHORT = 1 ]; then IBW=100 ILAT=100 ROUNDS=1; else IBW=2000 ILAT=1000 ROUNDS=2; fi
 IBW=${COMPARE_ITERS_BW:-$IBW}
 ILAT=${COMPARE_ITERS_LAT:-$ILAT}
+ROUNDS=${COMPARE_ROUNDS:-$ROUNDS}
 SR_BIN=${RIG_SOFTROCE:-$REPO/target/release/softroce}
 SR_ENV=${COMPARE_SR_ENV:+env $COMPARE_SR_ENV }
 VM1=10.77.0.2
@@ -73,13 +76,13 @@ say "rig: build (softroce $SR_BIN in the image) and boot two guests"
 "$RIG" vm 1 'softroce --version' >/dev/null 2>&1 || { say "the guest image has no working /usr/bin/softroce"; exit 1; }
 PMTU=$("$RIG" mtu | grep -oE 'active_mtu: [0-9]+' | head -1 | grep -oE '[0-9]+$')
 
-# pair STACK TEST ARGS: run TEST between the guests (vm1 server, vm2 client); prints the
-# client's result row; the log goes to $OUT/STACK-TEST.log. One more try if the first fails
+# pair STACK TEST ARGS ROUND: run TEST between the guests (vm1 server, vm2 client); prints the
+# client's result row; the log goes to $OUT/ROUND-STACK-TEST.log. One more try if the first fails
 # (perftest under TCG now and then gives up on its clock calibration: "Can't produce a report").
 pair() {
-    local stack=$1 test=$2 args=$3 try log srv cli row
+    local stack=$1 test=$2 args=$3 round=$4 try log srv cli row
     for try in 1 2; do
-        log=$OUT/$stack-$test.log
+        log=$OUT/$round-$stack-$test.log
         [ $try = 2 ] && { mv "$log" "$log.first"; say "$stack $test failed; once more (first run: $log.first)"; }
         if [ "$stack" = rxe ]; then
             srv="ib_$test -x 1 $args"
@@ -122,79 +125,101 @@ TESTS="write_bw send_lat read_bw"
 declare -A ARGS=([write_bw]="-s 65536 -n $IBW" [send_lat]="-s 2 -n $ILAT" [read_bw]="-s 65536 -n $IBW")
 declare -A RES
 FAILED=0
-for stack in rxe softroce; do
-    if [ $stack = softroce ]; then
-        say "removing kernel rxe from both guests (it holds UDP 4791)"
-        for k in 1 2; do
-            # (rmmod retried for a moment: the device's last reference may go a little after
-            # the link is deleted)
-            if ! "$RIG" vm -t 60 $k '/usr/bin/rdma link delete rxe0 || exit 1
-                    i=0; until rmmod rdma_rxe; do i=$((i + 1)); [ $i -gt 20 ] && exit 1; sleep 0.2; done
-                    ! grep -qi ":12B7 " /proc/net/udp /proc/net/udp6 && [ -z "$(ls /sys/class/infiniband 2>/dev/null)" ]' >&2; then
-                say "vm$k: could not remove rxe or UDP 4791 is still bound:"
-                "$RIG" vm $k 'lsmod; cat /proc/net/udp /proc/net/udp6' >&2
-                exit 1
-            fi
-        done
-    fi
-    for t in $TESTS; do
-        say "$stack $t ${ARGS[$t]}"
-        if row=$(pair $stack $t "${ARGS[$t]}"); then
-            RES[$stack.$t]=$(figure $t "$row")
-            say "$stack $t: ${RES[$stack.$t]} $([[ $t == *_bw ]] && echo MB/s || echo µs)"
-        else
-            RES[$stack.$t]=""
-            FAILED=$((FAILED + 1))
+
+# rxe_out: kernel rxe out of both guests (its tunnel socket holds UDP 4791 on every address)
+rxe_out() {
+    local k
+    say "removing kernel rxe from both guests (it holds UDP 4791)"
+    for k in 1 2; do
+        # (rmmod retried for a moment: the device's last reference may go a little after the
+        # link is deleted)
+        if ! "$RIG" vm -t 60 $k '/usr/bin/rdma link delete rxe0 || exit 1
+                i=0; until rmmod rdma_rxe; do i=$((i + 1)); [ $i -gt 20 ] && exit 1; sleep 0.2; done
+                ! grep -qi ":12B7 " /proc/net/udp /proc/net/udp6 && [ -z "$(ls /sys/class/infiniband 2>/dev/null)" ]' >&2; then
+            say "vm$k: could not remove rxe or UDP 4791 is still bound:"
+            "$RIG" vm $k 'lsmod; cat /proc/net/udp /proc/net/udp6' >&2
+            exit 1
         fi
     done
-done
+}
 
-say "putting kernel rxe back in both guests"
-for k in 1 2; do
-    "$RIG" vm -t 120 $k 'insmod /lib/modules/$(cat /etc/rig-kver)/$(grep /rdma_rxe.ko /etc/rig-modules.order) &&
-        /usr/bin/rdma link add rxe0 type rxe netdev eth0 || exit 1
-        P=/sys/class/infiniband/rxe0/ports/1; i=0
-        while [ $i -lt 300 ]; do
-            case "$(cat $P/state)" in *ACTIVE*) case "$(cat $P/gids/1)" in 0000:0000:0000:0000:0000:ffff:*) exit 0 ;; esac ;; esac
-            sleep 0.1; i=$((i + 1))
-        done; exit 1' >&2 || { say "vm$k: rxe could not be put back"; FAILED=$((FAILED + 1)); }
+# rxe_in: kernel rxe back into both guests (no modules.dep in the initramfs: insmod, not
+# modprobe), port ACTIVE with its IPv4-mapped GID
+rxe_in() {
+    local k
+    say "putting kernel rxe back in both guests"
+    for k in 1 2; do
+        "$RIG" vm -t 120 $k 'insmod /lib/modules/$(cat /etc/rig-kver)/$(grep /rdma_rxe.ko /etc/rig-modules.order) &&
+            /usr/bin/rdma link add rxe0 type rxe netdev eth0 || exit 1
+            P=/sys/class/infiniband/rxe0/ports/1; i=0
+            while [ $i -lt 300 ]; do
+                case "$(cat $P/state)" in *ACTIVE*) case "$(cat $P/gids/1)" in 0000:0000:0000:0000:0000:ffff:*) exit 0 ;; esac ;; esac
+                sleep 0.1; i=$((i + 1))
+            done; exit 1' >&2 || { say "vm$k: rxe could not be put back"; exit 1; }
+    done
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+    [ "$round" -gt 1 ] && rxe_in
+    for stack in rxe softroce; do
+        [ $stack = softroce ] && rxe_out
+        for t in $TESTS; do
+            say "round $round: $stack $t ${ARGS[$t]}"
+            if row=$(pair $stack $t "${ARGS[$t]}" "$round"); then
+                RES[$stack.$t.$round]=$(figure $t "$row")
+                say "round $round: $stack $t: ${RES[$stack.$t.$round]} $([[ $t == *_bw ]] && echo MB/s || echo µs)"
+            else
+                RES[$stack.$t.$round]=""
+                FAILED=$((FAILED + 1))
+            fi
+        done
+    done
 done
+rxe_in
+# the rig stays usable: rxe <-> rxe again
 "$RIG" vm-bg -t 60 1 pp 'ibv_rc_pingpong -g 1 -n 20' && "$RIG" wait-port 1 18515 30 &&
     "$RIG" vm -t 60 2 "ibv_rc_pingpong -g 1 -n 20 $VM1" > "$OUT/rxe-restored.log" 2>&1 && "$RIG" vm-wait 1 pp 30 >> "$OUT/rxe-restored.log" 2>&1 &&
     say "rxe is back: ibv_rc_pingpong vm2 -> vm1 ok" || { say "rxe after the comparison: ibv_rc_pingpong failed ($OUT/rxe-restored.log)"; FAILED=$((FAILED + 1)); }
 
-# ---- the table and one JSON line per row
+# ---- the table and one JSON line per row and round
 LOAD1=$(load)
+ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$2" -v b="$1" -v f="$3" 'BEGIN { if (b > 0) printf f, a / b }'; }
+join() { local IFS=/; echo "$*" | sed 's|/| / |g'; }
 {
     echo "| test | size | iterations | kernel rxe ↔ rxe | softroce ↔ softroce | softroce / rxe |"
     echo "|---|---|---|---|---|---|"
     for t in $TESTS; do
-        r=${RES[rxe.$t]} s=${RES[softroce.$t]}
         case $t in
             write_bw) name="RC WRITE bandwidth (BW average)"; size="64 KiB"; n=$IBW; u="MB/s"; better=higher ;;
             send_lat) name="RC SEND latency (t_typical)"; size="2 B"; n=$ILAT; u="µs"; better=lower ;;
             read_bw) name="RC READ bandwidth (BW average)"; size="64 KiB"; n=$IBW; u="MB/s"; better=higher ;;
         esac
-        ratio=$([ -n "$r" ] && [ -n "$s" ] && awk -v a="$s" -v b="$r" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
-        printf '| %s | %s | %s | %s | %s | %s |\n' "$name" "$size" "$n" "${r:-failed} ${r:+$u}" "${s:-failed} ${s:+$u}" \
-            "${ratio:+${ratio}× ($better is better)}"
+        rs=() ss=() qs=()
+        for round in $(seq 1 "$ROUNDS"); do
+            r=${RES[rxe.$t.$round]} s=${RES[softroce.$t.$round]}
+            rs+=("${r:-failed}") ss+=("${s:-failed}")
+            q=$(ratio "$r" "$s" '%.2f'); qs+=("${q:+${q}×}")
+        done
+        printf '| %s | %s | %s | %s %s | %s %s | %s (%s is better) |\n' "$name" "$size" "$n" "$(join "${rs[@]}")" "$u" \
+            "$(join "${ss[@]}")" "$u" "$(join "${qs[@]}")" "$better"
     done
 } > "$OUT/table.md"
-# json TEST SIZE ITERS METRIC RXE SOFTROCE: one machine-readable line (null for a failed side)
+# json TEST SIZE ITERS METRIC ROUND: one machine-readable line (null for a failed side)
 json() {
-    local t=$1 size=$2 n=$3 metric=$4 r=$5 s=$6 ratio
-    ratio=$([ -n "$r" ] && [ -n "$s" ] && awk -v a="$s" -v b="$r" 'BEGIN { if (b > 0) printf "%.3f", a / b }')
-    printf '{"bench":"rxe-compare","test":"%s","size":%s,"iters":%s,"pmtu":%s,"metric":"%s","rxe":%s,"softroce":%s,"ratio":%s,"short":%s,"host_load":[%s,%s]}\n' \
-        "$t" "$size" "$n" "${PMTU:-null}" "$metric" "${r:-null}" "${s:-null}" "${ratio:-null}" "$([ $SHORT = 1 ] && echo true || echo false)" "$LOAD0" "$LOAD1"
+    local t=$1 size=$2 n=$3 metric=$4 round=$5 r s q
+    r=${RES[rxe.$t.$round]} s=${RES[softroce.$t.$round]}
+    q=$(ratio "$r" "$s" '%.3f')
+    printf '{"bench":"rxe-compare","test":"%s","round":%s,"size":%s,"iters":%s,"pmtu":%s,"metric":"%s","rxe":%s,"softroce":%s,"ratio":%s,"short":%s,"host_load":[%s,%s]}\n' \
+        "$t" "$round" "$size" "$n" "${PMTU:-null}" "$metric" "${r:-null}" "${s:-null}" "${q:-null}" "$([ $SHORT = 1 ] && echo true || echo false)" "$LOAD0" "$LOAD1"
 }
-{
-    json write_bw 65536 "$IBW" bw_avg_MBps "${RES[rxe.write_bw]}" "${RES[softroce.write_bw]}"
-    json send_lat 2 "$ILAT" t_typical_us "${RES[rxe.send_lat]}" "${RES[softroce.send_lat]}"
-    json read_bw 65536 "$IBW" bw_avg_MBps "${RES[rxe.read_bw]}" "${RES[softroce.read_bw]}"
-} > "$OUT/results.jsonl"
+for round in $(seq 1 "$ROUNDS"); do
+    json write_bw 65536 "$IBW" bw_avg_MBps "$round"
+    json send_lat 2 "$ILAT" t_typical_us "$round"
+    json read_bw 65536 "$IBW" bw_avg_MBps "$round"
+done > "$OUT/results.jsonl"
 cat "$OUT/table.md"
 echo
-echo "Two QEMU TCG guests (1 vCPU each), PMTU ${PMTU:-?}, vm2 client -> vm1 server${SR_ENV:+, softroce run with $COMPARE_SR_ENV}; $(( $(date +%s) - T0 )) s, host load average $LOAD0 at the start and $LOAD1 at the end (2 cores), $(date -u +%Y-%m-%d), guest kernel $(cat "$W/kver" 2>/dev/null), softroce $("$SR_BIN" --version 2>/dev/null | awk '{ print $NF }')."
+echo "$ROUNDS round(s) (rxe, then softroce, in each; figures per round), two QEMU TCG guests (1 vCPU each), PMTU ${PMTU:-?}, vm2 client -> vm1 server${SR_ENV:+, softroce run with $COMPARE_SR_ENV}; $(( $(date +%s) - T0 )) s, host load average $LOAD0 at the start and $LOAD1 at the end (2 cores), $(date -u +%Y-%m-%d), guest kernel $(cat "$W/kver" 2>/dev/null), softroce $("$SR_BIN" --version 2>/dev/null | awk '{ print $NF }')."
 cat "$OUT/results.jsonl"
 say "compare: $FAILED failed; logs in $OUT"
 [ "$FAILED" = 0 ]
