@@ -123,7 +123,7 @@ figure() { case $1 in *_bw) awk '{ print $4 }' <<< "$2" ;; *) awk '{ print $5 }'
 
 TESTS="write_bw send_lat read_bw"
 declare -A ARGS=([write_bw]="-s 65536 -n $IBW" [send_lat]="-s 2 -n $ILAT" [read_bw]="-s 65536 -n $IBW")
-declare -A RES
+declare -A RES TMIN
 FAILED=0
 
 # rxe_out: kernel rxe out of both guests (its tunnel socket holds UDP 4791 on every address)
@@ -167,6 +167,7 @@ for round in $(seq 1 "$ROUNDS"); do
             say "round $round: $stack $t ${ARGS[$t]}"
             if row=$(pair $stack $t "${ARGS[$t]}" "$round"); then
                 RES[$stack.$t.$round]=$(figure $t "$row")
+                [[ $t == *_lat ]] && TMIN[$stack.$t.$round]=$(awk '{ print $3 }' <<< "$row")
                 say "round $round: $stack $t: ${RES[$stack.$t.$round]} $([[ $t == *_bw ]] && echo MB/s || echo µs)"
             else
                 RES[$stack.$t.$round]=""
@@ -203,14 +204,23 @@ join() { local IFS=/; echo "$*" | sed 's|/| / |g'; }
         printf '| %s | %s | %s | %s %s | %s %s | %s (%s is better) |\n' "$name" "$size" "$n" "$(join "${rs[@]}")" "$u" \
             "$(join "${ss[@]}")" "$u" "$(join "${qs[@]}")" "$better"
     done
+    # the latency floor beside the median: under host load the two differ most
+    for stack in rxe softroce; do
+        ms=()
+        for round in $(seq 1 "$ROUNDS"); do ms+=("${TMIN[$stack.send_lat.$round]:-failed}"); done
+        mins+="${mins:+, }$stack $(join "${ms[@]}") µs"
+    done
+    echo
+    echo "send_lat t_min: $mins."
 } > "$OUT/table.md"
 # json TEST SIZE ITERS METRIC ROUND: one machine-readable line (null for a failed side)
 json() {
     local t=$1 size=$2 n=$3 metric=$4 round=$5 r s q
     r=${RES[rxe.$t.$round]} s=${RES[softroce.$t.$round]}
     q=$(ratio "$r" "$s" '%.3f')
-    printf '{"bench":"rxe-compare","test":"%s","round":%s,"size":%s,"iters":%s,"pmtu":%s,"metric":"%s","rxe":%s,"softroce":%s,"ratio":%s,"short":%s,"host_load":[%s,%s]}\n' \
-        "$t" "$round" "$size" "$n" "${PMTU:-null}" "$metric" "${r:-null}" "${s:-null}" "${q:-null}" "$([ $SHORT = 1 ] && echo true || echo false)" "$LOAD0" "$LOAD1"
+    printf '{"bench":"rxe-compare","test":"%s","round":%s,"size":%s,"iters":%s,"pmtu":%s,"metric":"%s","rxe":%s,"softroce":%s,"ratio":%s,"rxe_t_min":%s,"softroce_t_min":%s,"short":%s,"host_load":[%s,%s]}\n' \
+        "$t" "$round" "$size" "$n" "${PMTU:-null}" "$metric" "${r:-null}" "${s:-null}" "${q:-null}" \
+        "${TMIN[rxe.$t.$round]:-null}" "${TMIN[softroce.$t.$round]:-null}" "$([ $SHORT = 1 ] && echo true || echo false)" "$LOAD0" "$LOAD1"
 }
 for round in $(seq 1 "$ROUNDS"); do
     json write_bw 65536 "$IBW" bw_avg_MBps "$round"
