@@ -53,7 +53,8 @@
 #      RIG_BOOT_TIMEOUT (s, 180), RIG_PORTS (control ports per guest, 4),
 #      RIG_ACCEL (tcg), RIG_KPKG (kernel package; default: linux-image-amd64's dependency),
 #      RIG_KERNEL (vmlinux = uncompressed ELF, PVH boot; vmlinuz = the bzImage), RIG_APPEND
-#      (extra kernel command line)
+#      (extra kernel command line), RIG_SOFTROCE (the softroce binary put into the guests as
+#      /usr/bin/softroce, stripped; default $REPO/target/release/softroce; none if absent)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -85,6 +86,10 @@ BINS="usr/bin/ibv_devinfo usr/bin/ibv_devices usr/bin/ibv_rc_pingpong usr/bin/ib
  usr/bin/ib_atomic_bw usr/bin/ib_atomic_lat usr/bin/rping usr/bin/ucmatose usr/bin/udaddy
  usr/bin/rdma_server usr/bin/rdma_client usr/bin/rdma usr/bin/tcpdump
  bin/ip=usr/sbin/ip sbin/tc=usr/sbin/tc bin/ss=usr/sbin/ss"
+# softroce's own binary in the guests (tests/interop/compare.sh: kernel rxe against softroce on
+# the same emulated CPU). Its content is one of the build's inputs: a new binary rebuilds the
+# image (~2.5 s); without one the guests have none.
+SOFTROCE_BIN=${RIG_SOFTROCE:-$REPO/target/release/softroce}
 # kernel modules (dependencies resolved with modprobe --show-depends)
 MODS="virtio_pci virtio_net virtio_console crc32_generic rdma_rxe ib_umad rdma_ucm
  sch_netem ifb sch_ingress cls_matchall act_mirred sch_prio cls_u32"
@@ -109,7 +114,8 @@ is_ours() { # is_ours PID: a live process whose command line mentions our work d
 
 # ---------------------------------------------------------------- build ----
 inputs_hash() {
-    { cat "$HERE/rig.sh" "$HERE/labpeer.c" "$HERE/kvpeer.c" "$HERE"/guest/*; echo "$PKGS $MODS ${RIG_KPKG:-}"; } | sha256sum | cut -c1-16
+    { cat "$HERE/rig.sh" "$HERE/labpeer.c" "$HERE/kvpeer.c" "$HERE"/guest/*; echo "$PKGS $MODS ${RIG_KPKG:-}"
+      if [ -f "$SOFTROCE_BIN" ]; then sha256sum < "$SOFTROCE_BIN"; else echo "no softroce"; fi; } | sha256sum | cut -c1-16
 }
 
 download() { # -> sets KPKG; debs cached in $W/debs
@@ -193,6 +199,13 @@ cmd_build() {
     cp "$R/usr/bin/labpeer" "$W/labpeer"        # host copy (compile check / inspection)
     # the key-value store peer (examples/kvstore.rs's protocol) over librdmacm's synchronous API
     gcc -O2 -Wall -Wextra -o "$R/usr/bin/kvpeer" "$HERE/kvpeer.c" -lrdmacm -libverbs
+    if [ -f "$SOFTROCE_BIN" ]; then
+        # (symbols stripped: ~1 MB less for every guest to unpack under TCG)
+        strip -o "$R/usr/bin/softroce" "$SOFTROCE_BIN" 2>/dev/null || cp "$SOFTROCE_BIN" "$R/usr/bin/softroce"
+        log "softroce: $SOFTROCE_BIN -> /usr/bin/softroce ($(du -h "$R/usr/bin/softroce" | cut -f1))"
+    else
+        log "note: no softroce binary at $SOFTROCE_BIN (cargo build --release --bin softroce): the guests have none"
+    fi
     cp "$S"/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so "$R/usr/lib/x86_64-linux-gnu/libibverbs/"
     cp "$S/etc/libibverbs.d/rxe.driver" "$R/etc/libibverbs.d/"
     # shared-library closure, resolved against the unpacked .debs first
