@@ -29,6 +29,16 @@
 //! cargo bench --bench throughput -- lat --json   # plus one JSON line with every figure
 //! ```
 //!
+//! Many idle QPs (`qps`): one device, PD and CQ, then 10 000 RC QPs with perftest's
+//! `send-bw` sizes (`max_send_wr` 128, `max_recv_wr` 512, one SGE each) moved RESET → INIT →
+//! RTR → RTS with nothing posted; after each step the growth of the process's resident set
+//! (`VmRSS`) per QP and the time per QP of that step (create, or one `modify`).
+//!
+//! ```text
+//! cargo bench --bench throughput -- qps                 # 10 000 QPs
+//! cargo bench --bench throughput -- qps 2000 --json     # 2000 QPs, plus one JSON line
+//! ```
+//!
 //! The server side of each runs in a child process (this binary, re-executed).
 
 use std::io::{BufRead, BufReader, Write};
@@ -47,6 +57,11 @@ fn main() {
     }
     let secs: f64 = std::env::args().skip(1).filter_map(|a| a.parse().ok()).next().unwrap_or(2.0);
     let json = std::env::args().any(|a| a == "--json");
+    if std::env::args().any(|a| a == "qps") {
+        let n = std::env::args().skip(1).filter_map(|a| a.parse().ok()).next().unwrap_or(10_000);
+        idle_qps(n, json);
+        return;
+    }
     if std::env::args().any(|a| a == "lat") {
         latency(json);
         return;
@@ -76,9 +91,11 @@ fn main() {
     let row = |name: &str, bytes: f64, msgs: f64| {
         println!("{name:<38} {:>12.2} {:>12.3}", bytes * 8.0 / 1e9, msgs / 1e6)
     };
-    row("udp 4 KiB, one datagram per send", udp1.0, udp1.1);
-    row("udp 4 KiB, GSO 15 + GRO", udpg.0, udpg.1);
-    row("udp 64 B, one datagram per send", udp64.0, udp64.1);
+    if !only_rc {
+        row("udp 4 KiB, one datagram per send", udp1.0, udp1.1);
+        row("udp 4 KiB, GSO 15 + GRO", udpg.0, udpg.1);
+        row("udp 64 B, one datagram per send", udp64.0, udp64.1);
+    }
     row("rc write 64 KiB, PMTU 4096", w.0, w.1);
     row("rc send 64 B", s.0, s.1);
     if let Some(rw) = rw {
@@ -89,9 +106,12 @@ fn main() {
     }
     println!();
     println!("ratios (same invocation):");
-    println!("  rc write / udp one-per-send  {:>6.2}", w.0 / udp1.0);
-    println!("  rc write / udp GSO+GRO       {:>6.2}", w.0 / udpg.0);
-    println!("  rc send 64 B / udp 64 B      {:>6.2}  (messages per second)", s.1 / udp64.1);
+    if !only_rc {
+        // (`rc` runs no UDP baseline: no ratio to it.)
+        println!("  rc write / udp one-per-send  {:>6.2}", w.0 / udp1.0);
+        println!("  rc write / udp GSO+GRO       {:>6.2}", w.0 / udpg.0);
+        println!("  rc send 64 B / udp 64 B      {:>6.2}  (messages per second)", s.1 / udp64.1);
+    }
     if let Some(rw) = rw {
         println!("  raw rc write / udp rc write  {:>6.2}", rw.0 / w.0);
     }
@@ -136,6 +156,91 @@ fn latency(json: bool) {
                 o.insert(k.replace("_us", "_ratio"), (v / base).into());
             }
         }
+        println!("{}", serde_json::Value::Object(o));
+    }
+}
+
+/// This process's resident set in bytes (`VmRSS` of /proc/self/status).
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let l = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+            l.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// `n` idle RC QPs: RSS growth and time per QP after creating them and after each of the
+/// modifies to INIT, RTR and RTS (nothing posted, no peer: the destination is an address on
+/// loopback nobody listens on, and no packet is sent while nothing is posted).
+fn idle_qps(n: usize, json: bool) {
+    let dev = Device::open(DeviceConfig::new("127.0.79.1")).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(4096).unwrap();
+    let mut init = QpInitAttr::rc(&cq, &cq);
+    init.cap =
+        QpCaps { max_send_wr: 128, max_recv_wr: 512, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    // One QP through every step first, so that what is allocated once (the engine's first
+    // table, the first path) is not counted per QP.
+    {
+        let qp = pd.create_qp(&init).unwrap();
+        connect(&dev, &qp, Qpn::new(0x11), Psn::new(0), "127.0.79.2", Psn::new(0));
+    }
+    let av = AddressVector::new(Gid::from_ip("127.0.79.2".parse().unwrap()), dev.default_gid_index());
+    let base = rss_bytes();
+    let mut rows: Vec<(&str, f64, f64)> = Vec::new();
+    let t = Instant::now();
+    let qps: Vec<QueuePair> = (0..n).map(|_| pd.create_qp(&init).unwrap()).collect();
+    let mut step = |name: &'static str, t: Instant| {
+        let us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+        let kib = (rss_bytes() as f64 - base as f64) / 1024.0 / n as f64;
+        rows.push((name, kib, us));
+    };
+    step("create", t);
+    let t = Instant::now();
+    for qp in &qps {
+        qp.modify(&QpAttrs::init(Access::ALL)).unwrap();
+    }
+    step("init", t);
+    let t = Instant::now();
+    for (i, qp) in qps.iter().enumerate() {
+        qp.modify(&QpAttrs::rtr(av, Mtu::Mtu4096, Qpn::new(0x100 + i as u32), Psn::new(0))).unwrap();
+    }
+    step("rtr", t);
+    let t = Instant::now();
+    for qp in &qps {
+        qp.modify(&QpAttrs::rts(Psn::new(0))).unwrap();
+    }
+    step("rts", t);
+    let t = Instant::now();
+    drop(qps);
+    let destroy_us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+    println!(
+        "{n} idle RC QPs (max_send_wr 128, max_recv_wr 512, 1 SGE), one device, PD and CQ; RSS before: {:.1} MiB",
+        base as f64 / 1048576.0
+    );
+    println!("{:<28} {:>14} {:>12}", "after", "RSS KiB / QP", "us / QP");
+    for (name, kib, us) in &rows {
+        let label = match *name {
+            "create" => "create_qp",
+            "init" => "+ modify to INIT",
+            "rtr" => "+ modify to RTR",
+            _ => "+ modify to RTS",
+        };
+        println!("{label:<28} {kib:>14.2} {us:>12.2}");
+    }
+    println!("{:<28} {:>14} {destroy_us:>12.2}", "destroy_qp", "");
+    if json {
+        let mut o = serde_json::Map::new();
+        o.insert("bench".into(), "idle_qps".into());
+        o.insert("qps".into(), n.into());
+        o.insert("load_average".into(), load_average().into());
+        for (name, kib, us) in &rows {
+            o.insert(format!("{name}_rss_kib_per_qp"), (*kib).into());
+            o.insert(format!("{name}_us_per_qp"), (*us).into());
+        }
+        o.insert("destroy_us_per_qp".into(), destroy_us.into());
         println!("{}", serde_json::Value::Object(o));
     }
 }

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
-use crossbeam_queue::ArrayQueue;
+use crossbeam_queue::SegQueue;
 
 use super::cq::{CompletionQueue, CqShared};
 use super::device::Device;
@@ -395,8 +395,14 @@ pub(crate) struct QpShared {
     pub send_outstanding: AtomicUsize,
     /// Receive work requests posted and not yet completed.
     pub recv_outstanding: AtomicUsize,
-    pub send_wrq: ArrayQueue<SendWr>,
-    pub recv_wrq: ArrayQueue<RecvWr>,
+    /// Send work requests posted and not yet taken by the engine. Unbounded: the depth is
+    /// kept by `send_outstanding`. A `SegQueue` allocates its blocks (31 requests each) as
+    /// requests arrive and frees them as the engine takes them, so an idle QP holds no
+    /// queue storage (a queue preallocated to `max_send_wr` took 16 KiB per QP at 128).
+    pub send_wrq: SegQueue<SendWr>,
+    /// Receive work requests posted and not yet taken by the engine (bounded by
+    /// `recv_outstanding`), allocated as they come like `send_wrq`.
+    pub recv_wrq: SegQueue<RecvWr>,
     /// Queued for the engine's attention.
     pub scheduled: std::sync::atomic::AtomicBool,
     /// The shared receive queue receives come from.
@@ -468,8 +474,8 @@ impl QueuePair {
             path_mtu: AtomicU8::new(Mtu::Mtu256 as u8),
             send_outstanding: AtomicUsize::new(0),
             recv_outstanding: AtomicUsize::new(0),
-            send_wrq: ArrayQueue::new(c.max_send_wr.max(1) as usize),
-            recv_wrq: ArrayQueue::new(c.max_recv_wr.max(1) as usize),
+            send_wrq: SegQueue::new(),
+            recv_wrq: SegQueue::new(),
             scheduled: std::sync::atomic::AtomicBool::new(false),
             srq: init.srq.map(|s| s.inner.shared.clone()),
         });
@@ -598,7 +604,7 @@ impl QueuePair {
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
         let wr = self.check_send(wr)?;
         let before = self.reserve_send(1)?;
-        self.push_send(wr)?;
+        self.shared.send_wrq.push(wr);
         // A send posted to an idle queue (a latency-bound application: one message at a
         // time) leaves from this thread at once; one posted behind others waits for the next
         // pass, which sends the queue's packets together (GSO batches).
@@ -621,12 +627,8 @@ impl QueuePair {
         }
         let n = checked.len();
         let before = self.reserve_send(n).map_err(|e| (0, e))?;
-        for (i, wr) in checked.into_iter().enumerate() {
-            if let Err(e) = self.push_send(wr) {
-                self.shared.send_outstanding.fetch_sub(n - i - 1, Ordering::SeqCst);
-                self.schedule(false);
-                return Err((i, e));
-            }
+        for wr in checked {
+            self.shared.send_wrq.push(wr);
         }
         self.schedule(before == 0);
         Ok(())
@@ -670,18 +672,6 @@ impl QueuePair {
         s.send_outstanding
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |cur| (cur + n <= max).then_some(cur + n))
             .map_err(|_| PostError::QueueFull.into())
-    }
-
-    /// Queues a checked request into a reserved slot. (The queue holds `max_send_wr`
-    /// requests and a slot was reserved, so it has room; were it full, the slot is given
-    /// back and the post fails.)
-    fn push_send(&self, wr: SendWr) -> Result<()> {
-        let s = &self.shared;
-        if s.send_wrq.push(wr).is_err() {
-            s.send_outstanding.fetch_sub(1, Ordering::SeqCst);
-            return Err(PostError::QueueFull.into());
-        }
-        Ok(())
     }
 
     /// `ibv_bind_mw`: binds the type 1 window `mw` to `len` bytes at `offset` of `mr` with
@@ -761,10 +751,7 @@ impl QueuePair {
         {
             return Err(PostError::QueueFull.into());
         }
-        if s.recv_wrq.push(wr).is_err() {
-            s.recv_outstanding.fetch_sub(1, Ordering::SeqCst);
-            return Err(PostError::QueueFull.into());
-        }
+        s.recv_wrq.push(wr);
         // (Receives are also taken before every packet the QP gets: no need to run now.)
         self.schedule(false);
         Ok(())
