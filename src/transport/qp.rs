@@ -513,7 +513,7 @@ impl Recovery {
                 self.rttvar = rtt / 2;
             }
             Some(srtt) => {
-                let err = if rtt > srtt { rtt - srtt } else { srtt - rtt };
+                let err = rtt.abs_diff(srtt);
                 self.rttvar = (self.rttvar * 3 + err) / 4;
                 self.srtt = Some((srtt * 7 + rtt) / 8);
             }
