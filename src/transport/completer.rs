@@ -245,8 +245,10 @@ impl Qp {
                                 "retransmitting"
                             );
                             self.counters.completer_retry_err += 1;
-                            self.recovery.on_loss(self.tuning.max_unacked_psns, timeout);
-                            loss_seen = true;
+                            if !timeout {
+                                self.recovery.on_loss(self.tuning.max_unacked_psns);
+                                loss_seen = true;
+                            }
                             self.req.need_retry = true;
                             self.comp.started_retry = true;
                         }

@@ -476,8 +476,9 @@ const PROBE_MAX_BACKOFF: u32 = 6;
 /// connection after `retry_cnt` timeouts.
 ///
 /// Go-back-N throws away every packet sent behind a lost one, so a loss costs the window in
-/// flight. After a loss the window (`cwnd`, at most `max_unacked_psns`) halves, to no less
-/// than [`CWND_MIN`], and grows back by [`CWND_INCREASE`] PSNs per window acknowledged; while
+/// flight. After a loss (a NAK, an implied NAK, a probe; not a local ACK timeout, which here
+/// mostly means a peer kept from a CPU) the window (`cwnd`, at most `max_unacked_psns`)
+/// halves, to no less than [`CWND_MIN`], and grows back by [`CWND_INCREASE`] PSNs per window acknowledged; while
 /// it is reduced, AckReq is set at least every half window so that the ACKs keep it moving.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Recovery {
@@ -525,11 +526,13 @@ impl Recovery {
         if self.cwnd == 0 { max } else { self.cwnd.min(max) }
     }
 
-    /// A loss was detected (a sequence NAK, an implied NAK, a probe or a timeout): halve the
-    /// window, or after a timeout take it to the least.
-    pub(crate) fn on_loss(&mut self, max: u32, timeout: bool) {
+    /// A loss was detected (a sequence NAK, an implied NAK, a probe): halve the window. A
+    /// local ACK timeout does not: in a userspace stack it is mostly a peer kept from a CPU,
+    /// which a smaller window does not help (it made runs on a saturated machine slower and
+    /// more likely to run out of retries).
+    pub(crate) fn on_loss(&mut self, max: u32) {
         let floor = CWND_MIN.min(max).max(1);
-        self.cwnd = if timeout { floor } else { (self.window(max) / 2).max(floor) };
+        self.cwnd = (self.window(max) / 2).max(floor);
         self.cwnd_credit = 0;
     }
 
@@ -1301,7 +1304,7 @@ impl Qp {
         if !self.req.need_retry {
             tracing::debug!(qpn = self.qpn, from_psn = %self.comp.psn, "retransmitting (probe: nothing acknowledged)");
             self.counters.probe_retransmit += 1;
-            self.recovery.on_loss(self.tuning.max_unacked_psns, false);
+            self.recovery.on_loss(self.tuning.max_unacked_psns);
             self.req.need_retry = true;
             self.comp.started_retry = true;
         }
