@@ -146,12 +146,16 @@ impl Qp {
                         // A READ response beyond a gap: the response at comp.psn was lost
                         // (an implied NAK, IBTA 9.7.5.1.1). Ask again at once for what is
                         // missing, once per gap (rxe waits for a response beyond the WQE or
-                        // the timer); later responses of the same stream are stale.
+                        // the timer); later responses of the same stream are stale. The peer
+                        // is answering: the retry budget starts afresh, as for a NAK that
+                        // acknowledges (a gap is only acted on after progress since the last
+                        // retry, so this cannot loop without progress).
                         peer_busy = true;
                         if self.comp.started_retry || self.req.need_retry {
                             CompSt::Done
                         } else {
                             self.counters.rcvd_read_gap += 1;
+                            self.reset_retry_counters();
                             CompSt::ErrorRetry
                         }
                     } else {
