@@ -32,9 +32,12 @@ fn mixed_ops(mtu: u32, big: u32) -> Vec<Op> {
     ops
 }
 
+/// The simulated link's round trip is some 20 µs: a probe floor far below the engine's 2 ms
+/// makes the grid exercise early retransmission (probes) beside NAKs and timeouts.
 fn cfg(seed: u64, mtu: Mtu, loss: f64) -> PairConfig {
     PairConfig {
         seed,
+        probe_min: Duration::from_micros(100),
         mtu,
         a_to_b: LinkConfig::lossy(loss),
         b_to_a: LinkConfig::lossy(loss),
@@ -48,6 +51,7 @@ fn no_loss_every_op_every_mtu() {
         let w = Workload::new(mixed_ops(mtu.bytes(), 200_000), 7);
         let out = w.run(cfg(7, mtu, 0.0), Duration::from_secs(60));
         assert_eq!(out.retries, 0, "{mtu:?}: no loss, no retries");
+        assert_eq!(out.probes, 0, "{mtu:?}: no loss, no probes");
         assert!(out.error.is_none());
     }
 }
@@ -101,8 +105,8 @@ fn long_grid() {
                 let w = Workload::new(mixed_ops(mtu.bytes(), big), s);
                 let out = w.run(cfg(s, mtu, loss), Duration::from_secs(3600));
                 eprintln!(
-                    "seed {s} loss {loss} {mtu:?}: {} ops, {} retries, {} packets, {:?} virtual",
-                    out.completed, out.retries, out.packets_ab, out.elapsed
+                    "seed {s} loss {loss} {mtu:?}: {} ops, {} retries, {} probes, {} packets, {:?} virtual",
+                    out.completed, out.retries, out.probes, out.packets_ab, out.elapsed
                 );
             }
         }

@@ -95,6 +95,8 @@ impl Qp {
         // A stale or early response (a duplicate of something already acknowledged, or a READ
         // response beyond a gap): the peer is alive and working through its queue.
         let mut peer_busy = false;
+        // A retransmission started here: the PSNs a NAK acknowledges do not grow the window.
+        let mut loss_seen = false;
         loop {
             st = match st {
                 CompSt::GetWqe => match self.sq.front().map(|w| w.state) {
@@ -141,9 +143,21 @@ impl Qp {
                             CompSt::Done
                         }
                     } else if psn.is_after(self.comp.psn) && w.wr.op.is_read_or_atomic() {
-                        // An out-of-order READ response or atomic ACK: recovery by timeout.
+                        // A READ response beyond a gap: the response at comp.psn was lost
+                        // (an implied NAK, IBTA 9.7.5.1.1). Ask again at once for what is
+                        // missing, once per gap (rxe waits for a response beyond the WQE or
+                        // the timer); later responses of the same stream are stale. The peer
+                        // is answering: the retry budget starts afresh, as for a NAK that
+                        // acknowledges (a gap is only acted on after progress since the last
+                        // retry, so this cannot loop without progress).
                         peer_busy = true;
-                        CompSt::Done
+                        if self.comp.started_retry || self.req.need_retry {
+                            CompSt::Done
+                        } else {
+                            self.counters.rcvd_read_gap += 1;
+                            self.reset_retry_counters();
+                            CompSt::ErrorRetry
+                        }
                     } else {
                         CompSt::CheckAck
                     }
@@ -235,6 +249,10 @@ impl Qp {
                                 "retransmitting"
                             );
                             self.counters.completer_retry_err += 1;
+                            if !timeout {
+                                self.recovery.on_loss(self.tuning.max_unacked_psns);
+                                loss_seen = true;
+                            }
                             self.req.need_retry = true;
                             self.comp.started_retry = true;
                         }
@@ -301,6 +319,20 @@ impl Qp {
         // a request from ever failing): at most BUSY_PATIENCE timeouts without progress.
         if progressed {
             self.comp.busy_since = None;
+            self.recovery.backoff = 0;
+            if !loss_seen {
+                let acked = self.comp.psn.distance_from(psn_before);
+                self.recovery.on_ack(self.tuning.max_unacked_psns, acked);
+            }
+            if let Some((psn, sent)) = self.req.timed
+                && self.comp.psn.is_after(psn)
+            {
+                self.recovery.sample(now - sent);
+                self.req.timed = None;
+            }
+        } else if peer_busy && self.recovery.probe_at.is_some() {
+            // Stale responses: the peer is working through its queue; no probe meanwhile.
+            self.arm_probe(now);
         }
         let deferred = peer_busy
             && self.retransmit_at.is_some()

@@ -78,4 +78,13 @@ counters! {
     /// of retrying (and taking one of `retry_cnt`), and the peer answered before the new
     /// expiry.
     local_ack_timeout_stalled,
+    /// Go-back-N retransmissions started early by the requester's probe (softroce's own):
+    /// nothing was acknowledged for a few measured round trips, long before the local ACK
+    /// timeout (a lost retransmission, a lost NAK, lost last packets of a burst). Not counted
+    /// in `completer_retry_err` and not taken from `retry_cnt`.
+    probe_retransmit,
+    /// READ responses that arrived beyond a gap in the response stream and made the
+    /// requester ask again for the missing part at once (softroce's own; each is also a
+    /// `completer_retry_err`).
+    rcvd_read_gap,
 }

@@ -37,8 +37,8 @@ pub use counters::Counters;
 pub use ids::{Lkey, Qkey, Qpn, Rkey};
 pub use memory::{Access, AtomicOp, MemError, Memory, VecMemory, VecRegion};
 pub use qp::{
-    GRH_LEN, LOCAL_ACK_STRETCH, MAX_MSG_SIZE, MAX_RD_ATOMIC, ModifyError, Mtu, PostError, Qp, QpAttr,
-    QpAttrUpdate, QpCaps, QpEvent, QpState, QpTuning, QpType, check_send_wr,
+    GRH_LEN, LOCAL_ACK_STRETCH, MAX_MSG_SIZE, MAX_RD_ATOMIC, ModifyError, Mtu, PROBE_MIN, PostError, Qp,
+    QpAttr, QpAttrUpdate, QpCaps, QpEvent, QpState, QpTuning, QpType, check_send_wr,
 };
 pub use srq::{Srq, SrqError};
 pub use wr::{

@@ -403,11 +403,15 @@ pub struct QpTuning {
     /// AckReq is set on the last packet of each message and after this many packets
     /// without one (rxe: 65).
     pub ack_req_every: u32,
+    /// Least silence before the requester's probe goes back N early (see the loss recovery
+    /// notes on `Qp`); the probe waits longer when the measured round trip asks for it, and
+    /// never fires after the local ACK timeout. Default [`PROBE_MIN`].
+    pub probe_min: Duration,
 }
 
 impl Default for QpTuning {
     fn default() -> QpTuning {
-        QpTuning { max_unacked_psns: 256, ack_req_every: 65 }
+        QpTuning { max_unacked_psns: 256, ack_req_every: 65, probe_min: PROBE_MIN }
     }
 }
 
@@ -430,6 +434,9 @@ pub(crate) struct ReqState {
     pub error: bool,
     /// Waiting for the RNR timer before retrying.
     pub wait_rnr: bool,
+    /// The packet whose acknowledgement times the round trip: its PSN and when it left
+    /// (only new packets are timed, and a go-back-N rewind forgets it: Karn's rule).
+    pub timed: Option<(Psn, Time)>,
 }
 
 /// Completer state (rxe's `qp->comp`).
@@ -447,6 +454,109 @@ pub(crate) struct CompState {
     pub started_retry: bool,
     /// Since when stale responses have been deferring the local ACK timer without progress.
     pub busy_since: Option<Time>,
+}
+
+/// The default least probe interval ([`QpTuning::probe_min`]).
+pub const PROBE_MIN: Duration = Duration::from_millis(2);
+
+/// Most doublings of the probe interval while probes go unanswered.
+const PROBE_MAX_BACKOFF: u32 = 6;
+
+/// Early loss recovery, softroce's own, on the requester side. The IBTA local ACK timer `T`
+/// (67 ms at the usual timeout 14) is the only way a requester learns that the packet a
+/// sequence NAK asked for, the NAK itself, or the last packets of a burst were lost: the
+/// responder sends one NAK per gap and then stays silent (C9-110). Waiting `T` for each such
+/// loss made recovery cost more than the losses. So the requester measures the round trip
+/// (RFC 6298's smoothed RTT and variance, from the acknowledgement of one new packet at a
+/// time) and, when nothing has been acknowledged for `srtt + 4 × rttvar` (at least
+/// [`QpTuning::probe_min`], doubling while the probes go unanswered), goes back N from the oldest
+/// unacknowledged PSN, exactly as a sequence NAK would have made it do. On the wire this is
+/// an ordinary retransmission (duplicates are answered by every responder); it does not take
+/// one of `retry_cnt` and does not touch the local ACK timer, which still ends a dead
+/// connection after `retry_cnt` timeouts.
+///
+/// Go-back-N throws away every packet sent behind a lost one, so a loss costs the window in
+/// flight. After a loss (a NAK, an implied NAK, a probe; not a local ACK timeout, which here
+/// mostly means a peer kept from a CPU) the window (`cwnd`, at most `max_unacked_psns`)
+/// halves, to no less than [`CWND_MIN`], and grows back by [`CWND_INCREASE`] PSNs per window acknowledged; while
+/// it is reduced, AckReq is set at least every half window so that the ACKs keep it moving.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Recovery {
+    /// Smoothed round-trip time, once measured.
+    pub srtt: Option<Duration>,
+    /// Round-trip variation.
+    pub rttvar: Duration,
+    /// When the probe fires.
+    pub probe_at: Option<Time>,
+    /// When the probe was armed (what stalls are measured from).
+    pub probe_armed: Time,
+    /// Probes sent since the last progress.
+    pub backoff: u32,
+    /// The in-flight window in PSNs after losses (0: not reduced, the tuning's
+    /// `max_unacked_psns`).
+    pub cwnd: u32,
+    /// Acknowledged PSNs times [`CWND_INCREASE`] not yet turned into window growth.
+    pub cwnd_credit: u32,
+}
+
+/// Smallest in-flight window after losses, in PSNs.
+pub(crate) const CWND_MIN: u32 = 16;
+
+/// PSNs the in-flight window grows by per window of acknowledged PSNs.
+pub(crate) const CWND_INCREASE: u32 = 16;
+
+impl Recovery {
+    /// Takes a round-trip sample (RFC 6298, section 2).
+    pub(crate) fn sample(&mut self, rtt: Duration) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(rtt);
+                self.rttvar = rtt / 2;
+            }
+            Some(srtt) => {
+                let err = rtt.abs_diff(srtt);
+                self.rttvar = (self.rttvar * 3 + err) / 4;
+                self.srtt = Some((srtt * 7 + rtt) / 8);
+            }
+        }
+    }
+
+    /// The in-flight window in PSNs, at most `max`.
+    pub(crate) fn window(&self, max: u32) -> u32 {
+        if self.cwnd == 0 { max } else { self.cwnd.min(max) }
+    }
+
+    /// A loss was detected (a sequence NAK, an implied NAK, a probe): halve the window. A
+    /// local ACK timeout does not: in a userspace stack it is mostly a peer kept from a CPU,
+    /// which a smaller window does not help (it made runs on a saturated machine slower and
+    /// more likely to run out of retries).
+    pub(crate) fn on_loss(&mut self, max: u32) {
+        let floor = CWND_MIN.min(max).max(1);
+        self.cwnd = (self.window(max) / 2).max(floor);
+        self.cwnd_credit = 0;
+    }
+
+    /// `acked` PSNs were acknowledged: grow the window by [`CWND_INCREASE`] per window's
+    /// worth (additive increase, as TCP's congestion avoidance with a larger step).
+    pub(crate) fn on_ack(&mut self, max: u32, acked: u32) {
+        if self.cwnd == 0 {
+            return;
+        }
+        self.cwnd_credit = self.cwnd_credit.saturating_add(acked.saturating_mul(CWND_INCREASE));
+        let grow = self.cwnd_credit / self.cwnd;
+        self.cwnd_credit %= self.cwnd;
+        self.cwnd = self.cwnd.saturating_add(grow);
+        if self.cwnd >= max {
+            self.cwnd = 0;
+            self.cwnd_credit = 0;
+        }
+    }
+
+    /// The probe interval (at least `min`), if a round trip was measured.
+    pub(crate) fn interval(&self, min: Duration) -> Option<Duration> {
+        let srtt = self.srtt?;
+        Some((srtt + self.rttvar * 4).max(min) * (1 << self.backoff.min(PROBE_MAX_BACKOFF)))
+    }
 }
 
 /// A queue pair as a sans-IO state machine.
@@ -474,6 +584,9 @@ pub struct Qp {
     /// The local ACK timer expired and was postponed because the driver had been stalled.
     pub(crate) retransmit_postponed: bool,
     pub(crate) rnr_at: Option<Time>,
+    /// Loss recovery beside the IBTA timer: the round-trip estimate and the probe timer
+    /// (see [`Recovery`]).
+    pub(crate) recovery: Recovery,
     /// Alternates responder and requester output so neither starves the other.
     pub(crate) tx_turn: bool,
     pub(crate) sq_drained_reported: bool,
@@ -507,6 +620,7 @@ impl Qp {
             retransmit_armed: Time::ZERO,
             retransmit_postponed: false,
             rnr_at: None,
+            recovery: Recovery::default(),
             tx_turn: false,
             sq_drained_reported: false,
             send_retired: 0,
@@ -620,6 +734,15 @@ impl Qp {
     /// completion (unsignaled). The engine uses it to free send queue slots.
     pub fn send_retired(&self) -> u64 {
         self.send_retired
+    }
+    /// The requester's in-flight window in PSNs: the tuning's `max_unacked_psns`, halved after
+    /// each loss and grown back as acknowledgements come.
+    pub fn send_window(&self) -> u32 {
+        self.recovery.window(self.tuning.max_unacked_psns)
+    }
+    /// The requester's smoothed round-trip estimate, once one was measured.
+    pub fn srtt(&self) -> Option<Duration> {
+        self.recovery.srtt
     }
     /// The next PSN the requester will send (`sq_psn` as `query_qp` reports it).
     pub fn next_send_psn(&self) -> Psn {
@@ -860,6 +983,7 @@ impl Qp {
         self.retransmit_at = None;
         self.retransmit_postponed = false;
         self.rnr_at = None;
+        self.recovery.probe_at = None;
         self.req.need_retry = false;
         self.req.wait_rnr = false;
         while let Some(w) = self.sq.pop_front() {
@@ -1037,6 +1161,10 @@ impl Qp {
             self.req.wait_rnr = false;
             self.req.need_retry = true;
         }
+        if self.recovery.probe_at.is_some_and(|t| t <= now) {
+            self.recovery.probe_at = None;
+            self.probe_fired(now, &stalled);
+        }
         if self.retransmit_at.is_some_and(|t| t <= now) {
             if let Some(rto) = self.retransmit_interval() {
                 let armed = self.retransmit_armed;
@@ -1058,10 +1186,7 @@ impl Qp {
 
     /// The earliest deadline at which [`Qp::handle_timeout`] must be called.
     pub fn poll_timeout(&self) -> Option<Time> {
-        match (self.retransmit_at, self.rnr_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.retransmit_at, self.rnr_at, self.recovery.probe_at].into_iter().flatten().min()
     }
 
     /// Builds the next packet to send into `buf` (BTH through ICRC; the ICRC is left zero for
@@ -1135,12 +1260,56 @@ impl Qp {
         self.note_timer_outrun();
         self.retransmit_at = self.retransmit_interval().map(|d| now + d);
         self.retransmit_armed = now;
+        self.arm_probe(now);
     }
 
     /// Stops the local ACK timer: nothing is outstanding, or the peer answered.
     pub(crate) fn stop_retransmit(&mut self) {
         self.note_timer_outrun();
         self.retransmit_at = None;
+        self.recovery.probe_at = None;
+    }
+
+    /// Arms the probe (see [`Recovery`]) from `now`, when a round trip has been measured and
+    /// the probe would come before the local ACK timer.
+    pub(crate) fn arm_probe(&mut self, now: Time) {
+        let r = &mut self.recovery;
+        r.probe_at = match (r.interval(self.tuning.probe_min), self.retransmit_at) {
+            (Some(d), Some(t)) if now + d < t => Some(now + d),
+            _ => None,
+        };
+        r.probe_armed = now;
+    }
+
+    /// The probe timer expired: nothing was acknowledged for a probe interval. Go back N from
+    /// the oldest unacknowledged PSN (not counted as a retry), unless the driver was kept from
+    /// running for half the interval (then the peer had no fair chance either: wait again).
+    fn probe_fired(&mut self, now: Time, stalled: &impl Fn(Time) -> Duration) {
+        let armed = self.recovery.probe_armed;
+        let outstanding = self.req.max_psn.is_after(self.comp.psn)
+            && self.sq.front().is_some_and(|w| matches!(w.state, WqeState::Processing | WqeState::Pending));
+        if !matches!(self.state, QpState::Rts | QpState::Sqd)
+            || self.req.wait_rnr
+            || self.req.error
+            || self.retransmit_at.is_none()
+            || !outstanding
+        {
+            return;
+        }
+        let waited = now - armed;
+        if stalled(armed).min(waited) * 2 >= waited {
+            self.arm_probe(now);
+            return;
+        }
+        if !self.req.need_retry {
+            tracing::debug!(qpn = self.qpn, from_psn = %self.comp.psn, "retransmitting (probe: nothing acknowledged)");
+            self.counters.probe_retransmit += 1;
+            self.recovery.on_loss(self.tuning.max_unacked_psns);
+            self.req.need_retry = true;
+            self.comp.started_retry = true;
+        }
+        self.recovery.backoff = (self.recovery.backoff + 1).min(PROBE_MAX_BACKOFF);
+        self.arm_probe(now);
     }
 
     /// A response came before a postponed timer's new expiry: the timeout it avoided.

@@ -112,7 +112,8 @@ impl Qp {
             self.retire_done();
         };
         // The window of unacknowledged PSNs.
-        if rc && self.req.psn.diff(self.comp.psn) >= self.tuning.max_unacked_psns as i32 {
+        let window = self.recovery.window(self.tuning.max_unacked_psns);
+        if rc && self.req.psn.diff(self.comp.psn) >= window as i32 {
             return None;
         }
 
@@ -181,7 +182,8 @@ impl Qp {
                 SendOp::Send | SendOp::SendWithImm(_) | SendOp::SendWithInv(_) | SendOp::RdmaWriteWithImm(..)
             );
         if rc {
-            bth.ack_req = end || self.req.noack_pkts >= self.tuning.ack_req_every;
+            let every = self.tuning.ack_req_every.min(window / 2).max(1);
+            bth.ack_req = end || self.req.noack_pkts >= every;
         }
         let mut repr = PacketRepr::new(bth);
         match op {
@@ -249,6 +251,9 @@ impl Qp {
             }
         }
         let psn = self.req.psn;
+        if rc && self.req.timed.is_none() && !psn.is_before(self.req.max_psn) {
+            self.req.timed = Some((psn, now));
+        }
         let w = &mut self.sq[idx];
         if starts {
             let npkts = match operation {
@@ -321,6 +326,7 @@ impl Qp {
         self.req.wqe_index = 0;
         self.req.psn = comp_psn;
         self.req.noack_pkts = 0;
+        self.req.timed = None;
         let mut first = true;
         for w in self.sq.iter_mut() {
             match w.state {

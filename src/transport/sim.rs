@@ -365,6 +365,8 @@ pub struct PairConfig {
     pub rd_atomic: u8,
     /// Initial PSNs (A's send PSN is `psn`, B's is `psn + 0x100000`).
     pub psn: u32,
+    /// The QPs' least probe interval ([`super::QpTuning::probe_min`]).
+    pub probe_min: Duration,
 }
 
 impl Default for PairConfig {
@@ -389,6 +391,7 @@ impl Default for PairConfig {
             min_rnr_timer: 1,
             rd_atomic: 16,
             psn: 0x12_3456,
+            probe_min: super::qp::PROBE_MIN,
         }
     }
 }
@@ -471,6 +474,7 @@ impl Pair {
             ..Default::default()
         };
         qp.modify(&rts).expect("RTR->RTS");
+        qp.set_tuning(super::QpTuning { probe_min: cfg.probe_min, ..qp.tuning() });
         qp
     }
 

@@ -66,6 +66,8 @@ pub struct Outcome {
     pub packets_ab: u64,
     /// Retransmissions A started.
     pub retries: u64,
+    /// Of them, early ones A's probe started (not counted in `retries`).
+    pub probes: u64,
 }
 
 /// The runner for one direction: requester on `req` side (A when `forward`).
@@ -263,6 +265,7 @@ impl Workload {
             elapsed: p.now - softroce::transport::Time::ZERO,
             packets_ab: p.ab.stats.sent,
             retries: p.a.qps[0].counters().completer_retry_err,
+            probes: p.a.qps[0].counters().probe_retransmit,
             ..Default::default()
         };
         let mut expected_ids =
