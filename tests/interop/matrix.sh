@@ -143,7 +143,8 @@ run() {
             wait $srpid || rc_s=$?
             cat "$log.sr"; rm -f "$log.sr"
         fi
-        sleep 0.5
+        # (settle=S: packets may still be on their way for S seconds, e.g. delayed MADs)
+        sleep "${settle:-0.5}"
         "$RIG" capture-stop "$name" >/dev/null 2>&1
         after=$(counter rcvd_pkts); drops1=$(( $(tapdrops) + $(netemdrops) ))
         echo "--- exit: rxe $rc_r softroce $rc_s"
@@ -457,7 +458,7 @@ for mtu in 1500 9000; do
                 if [ -n "$local_rows" ]; then
                     "$RIG" cm-delay 1 1500ms >/dev/null
                     for tool in write_bw read_bw send_bw send_lat; do
-                        need=2 rxe_port=rdma_cm run "abi-cm-R-$tool-sr2rxe" $pmtu "CM MADs in +1.5 s" "ib_$tool -R (drop-in librdmacm)" "rdma_cm, 100 iters" "softroce → rxe" server \
+                        settle=2 need=2 rxe_port=rdma_cm run "abi-cm-R-$tool-sr2rxe" $pmtu "CM MADs in +1.5 s" "ib_$tool -R (drop-in librdmacm)" "rdma_cm, 100 iters" "softroce → rxe" server \
                             "ib_$tool -R -F -n 100" "$DL ib_$tool -R -F -d softroce0 -n 100 $VM" "$PERF_OK"
                     done
                     "$RIG" cm-delay 1 off >/dev/null

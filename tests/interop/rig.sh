@@ -514,7 +514,9 @@ cmd_cm_delay() {
     local k=$1 d=$2 TC=/usr/sbin/tc IPR=/usr/sbin/ip; check_k "$k"
     if [ "$d" = off ]; then cmd_netem "$k" off; return; fi
     # IPv4 + UDP to 4791 whose BTH names destination QP 1: the BTH's DestQP is the low 24 bits
-    # of the 32-bit word 4 bytes into the UDP payload (IP header 20, UDP 8: offset 32).
+    # of the 32-bit word 4 bytes into the UDP payload (IP header 20, UDP 8: offset 32). The
+    # other band gets a deep FIFO: prio's default child takes ifb0's txqueuelen (32), and a
+    # 64 KiB WRITE burst overflowed it.
     vmctl "$k" x 30 "set -e
         $IPR link set ifb0 mtu \$(cat /sys/class/net/eth0/mtu) up
         $TC qdisc replace dev eth0 handle ffff: ingress
@@ -522,6 +524,7 @@ cmd_cm_delay() {
         $TC filter add dev eth0 parent ffff: matchall action mirred egress redirect dev ifb0
         $TC qdisc replace dev ifb0 root handle 1: prio bands 3 priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1
         $TC qdisc replace dev ifb0 parent 1:1 handle 10: netem delay $d
+        $TC qdisc replace dev ifb0 parent 1:2 handle 20: pfifo limit 10000
         $TC filter add dev ifb0 parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 4791 0xffff match u32 0x00000001 0x00ffffff at 32 flowid 1:1" \
         && log "vm$k: CM MADs in delayed by $d"
 }
