@@ -436,6 +436,12 @@ for mtu in 1500 9000; do
                     rxe_port=rdma_cm run "abi-cm-$t-rxe2sr" $pmtu "" "$t (drop-in librdmacm)" "-c 2 -C 10" "rxe → softroce" client \
                         "$t -s $HOST -b $VM -c 2 -C 10" "$DL $t -b $HOST -c 2 -C 10" '^return status 0$'
                 done
+                # rdma_server/rdma_client: synchronous ids from rdma_getaddrinfo + rdma_create_ep,
+                # rdma_get_request, the rdma_verbs.h inlines (one message each way)
+                rxe_port=rdma_cm run "abi-cm-rdma_server-sr2rxe" $pmtu "" "rdma_server/rdma_client (drop-in librdmacm)" "rdma_create_ep, one message" "softroce → rxe" server \
+                    "rdma_server -s $VM -p 7471" "$DL rdma_client -s $VM -p 7471" ': end 0$'
+                rxe_port=rdma_cm run "abi-cm-rdma_server-rxe2sr" $pmtu "" "rdma_server/rdma_client (drop-in librdmacm)" "rdma_create_ep, one message" "rxe → softroce" client \
+                    "rdma_client -s $HOST -p 7471" "$DL rdma_server -s $HOST -p 7471" ': end 0$'
                 for tool in write_bw read_bw send_bw send_lat; do
                     need=2 rxe_port=rdma_cm run "abi-cm-R-$tool-rxe2sr" $pmtu "" "ib_$tool -R (drop-in librdmacm)" "rdma_cm, 100 iters" "rxe → softroce" client \
                         "ib_$tool -R -F -n 100 $HOST" "$DL ib_$tool -R -F -d softroce0 -n 100" "$PERF_OK"

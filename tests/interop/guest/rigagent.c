@@ -65,10 +65,19 @@ static double now(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* How long the port may say "host not connected" before the host counts as gone. The guest
+ * learns of the host's connection on the control virtqueue and gets its data on another: a
+ * request from a host that has just connected can be read before the guest has processed the
+ * "connected" message (or while an older "disconnected" one is still pending), and for that
+ * moment the port polls POLLHUP and refuses writes. Giving up at once dropped the answer, and
+ * the host waited out its timeout ("no answer within 45 s"). */
+#define HUP_GRACE 5.0
+
 /* write everything to the port; give up (and drop output) once the host is gone */
 static void port_write(const void *buf, size_t n)
 {
     const char *p = buf;
+    double hup_since = 0;
     while (n > 0 && !host_gone) {
         ssize_t w = write(port, p, n);
         if (w > 0) {
@@ -82,8 +91,15 @@ static void port_write(const void *buf, size_t n)
         }
         struct pollfd pf = { .fd = port, .events = POLLOUT };
         int r = poll(&pf, 1, 2000);
-        if (r > 0 && (pf.revents & (POLLHUP | POLLERR)) && !(pf.revents & POLLOUT))
-            host_gone = 1;
+        if (r > 0 && (pf.revents & (POLLHUP | POLLERR)) && !(pf.revents & POLLOUT)) {
+            if (!hup_since)
+                hup_since = now();
+            else if (now() - hup_since > HUP_GRACE)
+                host_gone = 1;
+            usleep(20000); /* POLLHUP does not block: nap */
+        } else {
+            hup_since = 0;
+        }
     }
 }
 
@@ -362,11 +378,18 @@ static void do_wait(const char *tag, const char *name, double timeout)
     int rc = 0, st;
     begin(tag);
     if (!valid_name(name)) { port_printf("rigagent: bad job name"); end(tag, 2); return; }
-    double deadline = timeout > 0 ? now() + timeout : 0;
+    double deadline = timeout > 0 ? now() + timeout : 0, hup_since = 0;
     while ((st = job_running(name, &rc)) == 1) {
         if (deadline && now() >= deadline) break;
         struct pollfd pf = { .fd = port, .events = 0 };
-        if (poll(&pf, 1, 0) > 0 && (pf.revents & POLLHUP)) { host_gone = 1; return; }
+        if (poll(&pf, 1, 0) > 0 && (pf.revents & POLLHUP)) {
+            /* (a host that stopped waiting; see HUP_GRACE for one that has just come) */
+            if (!hup_since)
+                hup_since = now();
+            else if (now() - hup_since > HUP_GRACE) { host_gone = 1; return; }
+        } else {
+            hup_since = 0;
+        }
         usleep(50000);
     }
     if (st < 0) { port_printf("rigagent: no job %s", name); end(tag, 2); return; }
