@@ -163,6 +163,14 @@ impl IdInner {
         self.channel.lock().1
     }
 
+    /// The id a connection request to this listener gets: on the listener's channel, or, for
+    /// a synchronous listener, synchronous too with a channel of its own.
+    fn new_request_id(&self) -> Result<Arc<IdInner>> {
+        let (channel, sync) = self.channel.lock().clone();
+        let channel = if sync { ChannelInner::new()? } else { channel };
+        Ok(IdInner::new(channel, sync, self.ps))
+    }
+
     /// Queues an event on the id's channel (the channel it has at that moment).
     fn push_event(&self, ev: EventData) {
         self.channel.lock().0.push(ev);
@@ -1133,16 +1141,7 @@ fn on_sidr_request(
         packet_life_time: 0,
     };
     let Some(av) = device_av(shared, &path) else { return refuse(cm) };
-    let (listener_channel, sync) = listener.channel.lock().clone();
-    let channel = if sync {
-        match ChannelInner::new() {
-            Ok(c) => c,
-            Err(_) => return refuse(cm),
-        }
-    } else {
-        listener_channel
-    };
-    let new = IdInner::new(channel, sync, listener.ps);
+    let Ok(new) = listener.new_request_id() else { return refuse(cm) };
     {
         let mut st = new.st.lock();
         st.state = CmIdState::Connect;
@@ -1199,20 +1198,10 @@ fn on_request(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time, id: IbCmId,
         let _ = cm.reject(now, id, RejReason::ConsumerDefined, &[], &[]);
         return;
     }
-    // A synchronous listener's new id is synchronous too, with a channel of its own.
-    let (listener_channel, sync) = listener.channel.lock().clone();
-    let channel = if sync {
-        match ChannelInner::new() {
-            Ok(c) => c,
-            Err(_) => {
-                let _ = cm.reject(now, id, RejReason::ConsumerDefined, &[], &[]);
-                return;
-            }
-        }
-    } else {
-        listener_channel
+    let Ok(new) = listener.new_request_id() else {
+        let _ = cm.reject(now, id, RejReason::ConsumerDefined, &[], &[]);
+        return;
     };
-    let new = IdInner::new(channel, sync, listener.ps);
     {
         let mut st = new.st.lock();
         st.state = CmIdState::Connect;
