@@ -896,9 +896,7 @@ impl MemoryRegion {
         // SAFETY: the caller guarantees exclusive access for the slice's lifetime.
         unsafe { std::slice::from_raw_parts_mut(self.inner.bytes.as_ptr(), self.len()) }
     }
-}
 
-impl MemoryRegion {
     /// How many memory windows are bound to this region now. `ibv_dereg_mr` of a region with
     /// windows bound fails with `EINVAL` (IBA 10.6.7.2.6, as rxe); dropping the handle
     /// deregisters it regardless, and the windows keep the memory alive until they are
