@@ -77,6 +77,28 @@ pub struct Id {
     acked: Condvar,
 }
 
+impl Id {
+    /// Waits until every event handed out about the id has been acknowledged.
+    fn wait_acked(&self) {
+        let mut n = self.unacked.lock();
+        while *n > 0 {
+            self.acked.wait(&mut n);
+        }
+    }
+}
+
+/// A channel argument: `None` for NULL, `EINVAL` for a pointer that is not a channel of ours.
+///
+/// # Safety
+/// `channel` is NULL or an `rdma_event_channel *`.
+unsafe fn channel_arg<'a>(channel: *mut rdma_event_channel) -> Result<Option<&'a ChanObj>, Errno> {
+    if channel.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: per the caller.
+    unsafe { ChanObj::from_c(channel, CHAN_MAGIC) }.map(Some).ok_or(libc::EINVAL)
+}
+
 struct IdSt {
     cm: Option<CmId>,
     /// `rdma_create_qp` made the CQs and their channels (destroyed with the QP).
@@ -450,12 +472,8 @@ pub unsafe extern "C" fn rdma_create_id(
             return Err(libc::EINVAL);
         }
         let psp = port_space(ps)?;
-        let ch = if channel.is_null() {
-            None
-        } else {
-            // SAFETY: per the caller.
-            Some(unsafe { ChanObj::from_c(channel, CHAN_MAGIC) }.ok_or(libc::EINVAL)?)
-        };
+        // SAFETY: per the caller.
+        let ch = unsafe { channel_arg(channel) }?;
         let cm = CmId::new(ch.map(|c| &c.rust.ch), psp).map_err(|e| cm_errno(&e))?;
         let p = new_id(cm, channel, context, ps);
         // SAFETY: per the caller.
@@ -487,12 +505,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     zero_or_minus1(|| {
         // SAFETY: per the caller.
         let o = unsafe { id_of(id) }.ok_or(libc::EINVAL)?;
-        {
-            let mut n = o.rust.unacked.lock();
-            while *n > 0 {
-                o.rust.acked.wait(&mut n);
-            }
-        }
+        o.rust.wait_acked();
         let cm = {
             let mut st = o.rust.st.lock();
             if st.owns_cqs {
@@ -1377,12 +1390,8 @@ pub unsafe extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma
     zero_or_minus1(|| {
         // SAFETY: per the caller.
         let o = unsafe { id_of(id) }.ok_or(libc::EINVAL)?;
-        let to = if channel.is_null() {
-            None
-        } else {
-            // SAFETY: per the caller.
-            Some(unsafe { ChanObj::from_c(channel, CHAN_MAGIC) }.ok_or(libc::EINVAL)?)
-        };
+        // SAFETY: per the caller.
+        let to = unsafe { channel_arg(channel) }?;
         {
             let st = o.rust.st.lock();
             let cm = st.cm.as_ref().ok_or(libc::EINVAL)?;
@@ -1390,10 +1399,7 @@ pub unsafe extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma
             // SAFETY: the id is live; the application does not write `channel` concurrently.
             unsafe { (*id).channel = channel };
         }
-        let mut n = o.rust.unacked.lock();
-        while *n > 0 {
-            o.rust.acked.wait(&mut n);
-        }
+        o.rust.wait_acked();
         Ok(())
     })
 }
