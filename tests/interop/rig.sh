@@ -480,13 +480,23 @@ cmd_mtu() {
     return $rc
 }
 
+# The guest commands that send everything eth0 receives through ifb0, whose egress qdisc then
+# acts on the guest's ingress (netem -d in, cm-delay).
+ifb_redirect() {
+    local TC=/usr/sbin/tc IPR=/usr/sbin/ip
+    echo "$IPR link set ifb0 mtu \$(cat /sys/class/net/eth0/mtu) up
+        $TC qdisc replace dev eth0 handle ffff: ingress
+        $TC filter del dev eth0 parent ffff: 2>/dev/null || true
+        $TC filter add dev eth0 parent ffff: matchall action mirred egress redirect dev ifb0"
+}
+
 cmd_netem() {
     local dir=out k spec
     if [ "${1:-}" = -d ]; then dir=${2:?-d out|in|both}; shift 2; fi
     case $dir in out|in|both) ;; *) die "netem -d out|in|both" ;; esac
     [ $# -ge 2 ] || die "usage: netem [-d out|in|both] K SPEC...|off|show"
     k=$1; shift; check_k "$k"; spec="$*"
-    local TC=/usr/sbin/tc IPR=/usr/sbin/ip
+    local TC=/usr/sbin/tc
     case $spec in
         off)
             vmctl "$k" x 30 "$TC qdisc del dev eth0 root 2>/dev/null; $TC qdisc del dev eth0 ingress 2>/dev/null;
@@ -498,10 +508,7 @@ cmd_netem() {
             local c="set -e"
             if [ "$dir" != in ]; then c="$c; $TC qdisc replace dev eth0 root netem $spec"; fi
             if [ "$dir" != out ]; then
-                c="$c; $IPR link set ifb0 mtu \$(cat /sys/class/net/eth0/mtu) up
-                    $TC qdisc replace dev eth0 handle ffff: ingress
-                    $TC filter del dev eth0 parent ffff: 2>/dev/null || true
-                    $TC filter add dev eth0 parent ffff: matchall action mirred egress redirect dev ifb0
+                c="$c; $(ifb_redirect)
                     $TC qdisc replace dev ifb0 root netem $spec"
             fi
             vmctl "$k" x 30 "$c" && log "vm$k netem ($dir): $spec"
@@ -511,17 +518,14 @@ cmd_netem() {
 
 cmd_cm_delay() {
     [ $# -eq 2 ] || die "usage: cm-delay K DELAY|off"
-    local k=$1 d=$2 TC=/usr/sbin/tc IPR=/usr/sbin/ip; check_k "$k"
+    local k=$1 d=$2 TC=/usr/sbin/tc; check_k "$k"
     if [ "$d" = off ]; then cmd_netem "$k" off; return; fi
     # IPv4 + UDP to 4791 whose BTH names destination QP 1: the BTH's DestQP is the low 24 bits
     # of the 32-bit word 4 bytes into the UDP payload (IP header 20, UDP 8: offset 32). The
     # other band gets a deep FIFO: prio's default child takes ifb0's txqueuelen (32), and a
     # 64 KiB WRITE burst overflowed it.
     vmctl "$k" x 30 "set -e
-        $IPR link set ifb0 mtu \$(cat /sys/class/net/eth0/mtu) up
-        $TC qdisc replace dev eth0 handle ffff: ingress
-        $TC filter del dev eth0 parent ffff: 2>/dev/null || true
-        $TC filter add dev eth0 parent ffff: matchall action mirred egress redirect dev ifb0
+        $(ifb_redirect)
         $TC qdisc replace dev ifb0 root handle 1: prio bands 3 priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1
         $TC qdisc replace dev ifb0 parent 1:1 handle 10: netem delay $d
         $TC qdisc replace dev ifb0 parent 1:2 handle 20: pfifo limit 10000
