@@ -875,6 +875,50 @@ fn stale_responses_from_a_busy_peer_defer_the_retry_timer() {
     assert_eq!(d.ma.get(BUF, BUF_ADDR + 4096, 3000), data);
 }
 
+/// Found against kernel rxe (`ib_read_bw -a`, 4 MiB READs, PMTU 1024, the interop matrix): rxe
+/// lost one response of READ 1 on its way out, READ 2 was already queued behind it, and rxe
+/// serves a QP's requests one at a time, so the re-request for READ 1's gap waited until READ
+/// 2's 4096 responses had gone out (half a second under TCG). Those responses lie beyond READ
+/// 1 (the head of the send queue) and used to be ignored as a repeated implied NAK, so the
+/// timer ran out seven times meanwhile and READ 1 ended in `RETRY_EXC_ERR` while rxe worked
+/// flat out. They prove the peer busy like stale responses do, and defer the timer the same
+/// way.
+#[test]
+fn responses_beyond_a_read_being_re_requested_defer_the_retry_timer() {
+    let mut d = Duo::new(PairConfig { mtu: Mtu::Mtu1024, retry_cnt: 3, ..PairConfig::default() });
+    let data = fill(&d.mb, TGT, TGT_ADDR, 3000, 9);
+    d.a.post_send(SendWr::new(1, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(0, 3000)])).unwrap();
+    d.a.post_send(SendWr::new(2, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(4096, 3000)])).unwrap();
+    let reqs = d.tx_a();
+    assert_eq!(reqs.len(), 2);
+    d.deliver_b(&reqs);
+    let resp = d.tx_b();
+    assert_eq!(resp.len(), 6, "three responses for each READ");
+    // READ 1's middle response is lost: the gap is re-requested at once.
+    d.deliver_a(&[resp[0].clone(), resp[2].clone()]);
+    let rereq = d.tx_a();
+    assert!(!rereq.is_empty(), "the gap is asked for again");
+    // The peer is still busy with READ 2: for ten timeouts only READ 2's responses arrive,
+    // one every half timeout (READ 1's re-request waits behind them).
+    let mut resent = 0;
+    for i in 0..20 {
+        d.advance(RTO / 2);
+        d.deliver_a(&[resp[3 + i % 3].clone()]);
+        resent += d.tx_a().len();
+    }
+    assert_eq!(d.a.state(), QpState::Rts, "the busy peer is not a dead peer");
+    assert_eq!(resent, 0, "no retry while the peer visibly works through its queue");
+    // The peer gets to the re-request.
+    d.deliver_b(&rereq);
+    d.settle();
+    assert_eq!(
+        d.a_send.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(d.ma.get(BUF, BUF_ADDR, 3000), data);
+    assert_eq!(d.ma.get(BUF, BUF_ADDR + 4096, 3000), data);
+}
+
 /// The deferral above is bounded: a peer that replays stale responses forever cannot keep a
 /// request from failing; after 32 timeouts without progress the retries run as usual.
 #[test]

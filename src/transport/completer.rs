@@ -127,6 +127,12 @@ impl Qp {
                         // and proves a READ/atomic response lost (implied NAK).
                         if sent {
                             if w.wr.op.is_read_or_atomic() {
+                                if self.comp.started_retry || self.req.need_retry {
+                                    // A retry of this READ is under way: the peer is still
+                                    // answering requests sent before it (rxe serves them
+                                    // one at a time), busy rather than gone.
+                                    peer_busy = true;
+                                }
                                 CompSt::ErrorRetry
                             } else {
                                 self.reset_retry_counters();
