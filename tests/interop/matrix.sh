@@ -41,6 +41,9 @@ VM=10.77.0.2
 # IPv6 of the raw subset: added to br0 and guest 1's eth0 for those runs (rxe adds the GID).
 HOST6=fd77::1
 VM6=fd77::2
+# (the guest powers itself off after RIG_TTL seconds, 30 minutes by default: long LOSS_RUNS
+# loops need longer; a run takes up to a minute under load)
+[ "${LOSS_RUNS:-1}" -gt 1 ] && export RIG_TTL=${RIG_TTL:-$(( 1800 + LOSS_RUNS * 2 * 60 ))}
 BACKENDS=${BACKEND:-udp raw}
 BACKEND=udp
 # Which of softroce's packets the capture checks look at.
