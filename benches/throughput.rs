@@ -4,6 +4,8 @@
 //! ```text
 //! cargo bench --bench throughput            # everything, 2 s each
 //! cargo bench --bench throughput -- 5       # 5 s each
+//! cargo bench --bench throughput -- 2 tput  # the throughput rows only (no latency rows)
+//! cargo bench --bench throughput -- 2 noraw # without the raw backend's runs
 //! ```
 //!
 //! - `udp 4 KiB, one datagram per send`: blocking `send_to` of 4140-byte datagrams (the size
@@ -66,8 +68,10 @@ fn main() {
         latency(json);
         return;
     }
-    // `cargo bench --bench throughput -- rc` runs only the softroce part (for profiling).
-    let only_rc = std::env::args().any(|a| a == "rc" || a == "write");
+    // `cargo bench --bench throughput -- rc` runs only the softroce part (for profiling);
+    // `-- write` / `-- send`: only that softroce run.
+    let only_send = std::env::args().any(|a| a == "send");
+    let only_rc = std::env::args().any(|a| a == "rc" || a == "write" || a == "send");
     let d = Duration::from_secs_f64(secs);
     println!(
         "softroce throughput, two processes on loopback, {secs} s per run ({} cores)",
@@ -78,13 +82,18 @@ fn main() {
     let udpg = if only_rc { skip } else { udp_bench(4140, 15, d) };
     let udp64 = if only_rc { skip } else { udp_bench(64 + 28, 1, d) };
     let only_write = std::env::args().any(|a| a == "write");
-    let w = rc_bench("write", 65536, d, "udp");
+    let w = if only_send { skip } else { rc_bench("write", 65536, d, "udp") };
     let s = if only_write { skip } else { rc_bench("send", 64, d, "udp") };
-    let raw = raw_skip_reason();
+    // `-- noraw` leaves out the raw backend's runs.
+    let raw = if std::env::args().any(|a| a == "noraw") {
+        Some("left out (noraw)".to_string())
+    } else {
+        raw_skip_reason()
+    };
     if let Some(why) = &raw {
         println!("raw backend runs skipped: {why}");
     }
-    let rw = if raw.is_some() { None } else { Some(rc_bench("write", 65536, d, "raw")) };
+    let rw = if raw.is_some() || only_send { None } else { Some(rc_bench("write", 65536, d, "raw")) };
     let rs = if raw.is_some() || only_write { None } else { Some(rc_bench("send", 64, d, "raw")) };
     println!();
     println!("{:<38} {:>12} {:>12}", "run", "Gb/s", "Mmsg/s");
@@ -118,7 +127,8 @@ fn main() {
     if let Some(rs) = rs {
         println!("  raw rc send / udp rc send    {:>6.2}  (messages per second)", rs.1 / s.1);
     }
-    if !only_rc {
+    // `-- tput` leaves out the latency rows (the throughput rows and their ratios only).
+    if !only_rc && !std::env::args().any(|a| a == "tput") {
         println!();
         latency(json);
     }
@@ -362,8 +372,15 @@ fn raw_skip_reason() -> Option<String> {
 }
 
 /// The local addresses of the client and the server of a backend's runs.
-fn bench_addrs(backend: &str) -> (&'static str, &'static str) {
-    if backend == "raw" { ("127.0.78.1", "127.0.78.2") } else { ("127.0.77.1", "127.0.77.2") }
+/// `SOFTROCE_BENCH_NET=127.0.N` moves them to 127.0.N.1/.2 (UDP) and .11/.12 (raw), so that two
+/// invocations at once (two worktrees) do not share port 4791 on one address.
+fn bench_addrs(backend: &str) -> (String, String) {
+    match (std::env::var("SOFTROCE_BENCH_NET"), backend) {
+        (Ok(net), "raw") => (format!("{net}.11"), format!("{net}.12")),
+        (Ok(net), _) => (format!("{net}.1"), format!("{net}.2")),
+        (Err(_), "raw") => ("127.0.78.1".into(), "127.0.78.2".into()),
+        (Err(_), _) => ("127.0.77.1".into(), "127.0.77.2".into()),
+    }
 }
 
 /// Starts this binary as the server of `role`; returns it and its first stdout line.
@@ -420,7 +437,7 @@ fn rc_bench(kind: &str, size: usize, d: Duration, backend: &str) -> (f64, f64) {
         p[2].parse().unwrap(),
         Rkey::new(p[3].parse().unwrap()),
     );
-    let dev = Device::open(DeviceConfig::new(ca).with_backend(backend.parse().unwrap())).unwrap();
+    let dev = Device::open(DeviceConfig::new(ca.as_str()).with_backend(backend.parse().unwrap())).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8192).unwrap();
     let mut init = QpInitAttr::rc(&cq, &cq);
@@ -428,7 +445,7 @@ fn rc_bench(kind: &str, size: usize, d: Duration, backend: &str) -> (f64, f64) {
         QpCaps { max_send_wr: 1024, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64 };
     let qp = pd.create_qp(&init).unwrap();
     let mr = pd.alloc_mr(size.max(64), Access::LOCAL_WRITE).unwrap();
-    connect(&dev, &qp, qpn, psn, sa, Psn::new(0x1000));
+    connect(&dev, &qp, qpn, psn, &sa, Psn::new(0x1000));
     child
         .stdin
         .as_mut()
@@ -547,7 +564,7 @@ fn child(role: &str) {
             let mut line = String::new();
             std::io::stdin().read_line(&mut line).unwrap();
             let p: Vec<u32> = line.split_whitespace().map(|x| x.parse().unwrap()).collect();
-            connect(&dev, &qp, Qpn::new(p[0]), Psn::new(p[1]), bench_addrs(backend).0, Psn::new(0x2000));
+            connect(&dev, &qp, Qpn::new(p[0]), Psn::new(p[1]), &bench_addrs(backend).0, Psn::new(0x2000));
             let mut posted = 0u64;
             if kind == "send" {
                 while posted < 4096 {

@@ -6,7 +6,7 @@
 //! readable when one does (after [`CompletionQueue::req_notify`]), usable with epoll, mio or
 //! tokio's `AsyncFd`.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -108,6 +108,16 @@ impl CqShared {
         if fire {
             let _ = (&self.notify_tx).write(&[1]);
         }
+    }
+
+    /// Reads the pending notification bytes without blocking (at most 64); returns how many.
+    fn take_notifications(&self) -> usize {
+        let mut buf = [0u8; 64];
+        // SAFETY: a non-blocking read into a local buffer of the length given.
+        let k = unsafe {
+            libc::recv(self.notify_rx.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT)
+        };
+        k.max(0) as usize
     }
 
     fn disarm(&self, from: u8) -> bool {
@@ -226,22 +236,34 @@ impl CompletionQueue {
     /// Consumes pending notifications on the descriptor (`ibv_get_cq_event` +
     /// `ibv_ack_cq_events`); returns how many there were.
     pub fn ack_notify(&self) -> usize {
-        let _ = self.shared.notify_rx.set_nonblocking(true);
-        let mut buf = [0u8; 64];
         let mut n = 0;
-        while let Ok(k) = (&self.shared.notify_rx).read(&mut buf) {
-            if k == 0 {
-                break;
+        loop {
+            match self.shared.take_notifications() {
+                0 => return n,
+                k => n += k,
             }
-            n += k;
         }
-        n
     }
 
     /// Blocks until the CQ holds a completion or `timeout` passes; returns whether it holds
-    /// one.
+    /// one. It first polls for up to the device's [`super::DeviceConfig::spin`] (50 µs by
+    /// default), yielding the CPU between looks, then sleeps on the completion channel.
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
-        let deadline = Instant::now() + timeout;
+        let start = Instant::now();
+        let deadline = start + timeout;
+        // First look again for a while, yielding the CPU between looks (to the engine, when
+        // it shares the core), as the engine does before it sleeps: a waiter that goes to
+        // sleep costs the engine a notification and both threads a context switch, and at
+        // high message rates completions follow each other within microseconds.
+        let spin = self.device.shared.spin.min(timeout);
+        while start.elapsed() < spin {
+            // (With inline progress, each look also makes progress.)
+            let _ = self.device.progress_inline(true);
+            if !self.shared.queue.read().is_empty() {
+                return Ok(true);
+            }
+            std::thread::yield_now();
+        }
         loop {
             if !self.shared.queue.read().is_empty() {
                 return Ok(true);
@@ -257,10 +279,19 @@ impl CompletionQueue {
             if !self.shared.queue.read().is_empty() {
                 return Ok(true);
             }
-            let _ = self.shared.notify_rx.set_nonblocking(false);
-            let _ = self.shared.notify_rx.set_read_timeout(Some(left));
-            let mut b = [0u8; 64];
-            let _ = (&self.shared.notify_rx).read(&mut b);
+            // One system call to sleep (the descriptor's mode and timeout are left alone),
+            // one to take the notification once it came.
+            let mut pfd =
+                libc::pollfd { fd: self.shared.notify_rx.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            let ts = libc::timespec {
+                tv_sec: left.as_secs().min(i32::MAX as u64) as libc::time_t,
+                tv_nsec: left.subsec_nanos() as libc::c_long,
+            };
+            // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+            let ready = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+            if ready > 0 {
+                self.shared.take_notifications();
+            }
         }
     }
 

@@ -64,7 +64,8 @@ pub struct DeviceConfig {
     /// UDP port (4791; another value only pairs with softroce devices using the same).
     pub port: u16,
     /// How long the engine keeps polling after the last activity before it sleeps
-    /// (lower latency, more CPU).
+    /// (lower latency, more CPU); also how long [`super::CompletionQueue::wait`] looks at
+    /// an empty CQ (yielding the CPU between looks) before it sleeps.
     pub spin: std::time::Duration,
     /// Device name (`softroce0` by default).
     pub name: Option<String>,
@@ -304,6 +305,9 @@ pub(crate) struct DeviceShared {
     /// The deadline the sleeping engine thread will wake at (engine-clock ns; `u64::MAX`:
     /// none): an application thread that arms an earlier timer wakes it.
     pub engine_deadline: AtomicU64,
+    /// [`DeviceConfig::spin`]: also how long [`super::CompletionQueue::wait`] polls before
+    /// it sleeps.
+    pub spin: std::time::Duration,
 }
 
 /// The engine's outlet for IB CM events: `(endpoint, now, event)`.
@@ -714,6 +718,7 @@ impl Device {
             epoch: std::time::Instant::now(),
             inline_at: AtomicU64::new(0),
             engine_deadline: AtomicU64::new(u64::MAX),
+            spin: cfg.spin,
         });
         let engine = Engine::new(shared.clone(), backend, poll, cmd_rx, cfg.spin)?;
         let core = cfg.inline_progress.then(|| engine.core());

@@ -363,8 +363,55 @@ impl RoceFrameRepr {
     pub fn icrc(&self, ib: &[u8]) -> Result<u32> {
         let mut hdr = [0u8; IPV6_HEADER_LEN + UDP_HEADER_LEN];
         let hl = self.header_len();
-        self.emit_ip_udp(&mut hdr, ib.len() + ICRC_LEN)?;
         let iph = self.ip.header_len();
+        match self.ip {
+            IpRepr::V4 { src, dst, id, df, .. } => {
+                // Per packet (the engine's transmit path): the header fields the ICRC covers,
+                // written directly; TOS, TTL and the header checksum are masked out of the CRC,
+                // so they are neither set nor computed here.
+                let udp_len = u16::try_from(UDP_HEADER_LEN + ib.len() + ICRC_LEN)
+                    .map_err(|_| Malformed::BadUdpLength)?;
+                let total = udp_len.checked_add(IPV4_HEADER_LEN as u16).ok_or(Malformed::BadIp)?;
+                let h = &mut hdr[..IPV4_HEADER_LEN + UDP_HEADER_LEN];
+                h[0] = 0x45;
+                h[2..4].copy_from_slice(&total.to_be_bytes());
+                h[4..6].copy_from_slice(&id.to_be_bytes());
+                h[6] = if df { 0x40 } else { 0 };
+                h[9] = 17; // UDP
+                h[12..16].copy_from_slice(&src.octets());
+                h[16..20].copy_from_slice(&dst.octets());
+                h[20..22].copy_from_slice(&self.src_port.to_be_bytes());
+                h[22..24].copy_from_slice(&self.dst_port.to_be_bytes());
+                h[24..26].copy_from_slice(&udp_len.to_be_bytes());
+            }
+            IpRepr::V6 { .. } => self.emit_ip_udp(&mut hdr, ib.len() + ICRC_LEN)?,
+        }
         icrc::compute(&hdr[..iph], &hdr[iph..hl], ib)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv4_icrc_written_directly_equals_the_one_over_the_emitted_headers() {
+        // `icrc` writes the covered IPv4 fields itself (the transmit path); it must agree with
+        // the ICRC over the headers `emit_ip_udp` builds, whatever the masked fields hold.
+        let ib: Vec<u8> = (0..(12 + 16 + 100)).map(|i| (i * 7) as u8).collect();
+        for (id, df, tos, ttl) in
+            [(0, true, 0, 64), (5, true, 0x2a, 1), (0xffff, false, 3, 255), (63, false, 0, 0)]
+        {
+            let f = RoceFrameRepr {
+                ip: IpRepr::V4 { src: [10, 0, 0, 1].into(), dst: [10, 0, 0, 2].into(), tos, ttl, id, df },
+                src_port: 0xc0de,
+                dst_port: 4791,
+                udp_checksum: false,
+            };
+            let mut hdr = [0u8; 28];
+            f.emit_ip_udp(&mut hdr, ib.len() + ICRC_LEN).unwrap();
+            let want = icrc::compute(&hdr[..20], &hdr[20..], &ib).unwrap();
+            assert_eq!(f.icrc(&ib).unwrap(), want, "id {id} df {df} tos {tos} ttl {ttl}");
+        }
     }
 }
