@@ -696,6 +696,18 @@ impl RawBackend {
         gso: bool,
         rx: Arc<RxCounters>,
     ) -> Result<RawBackend, OpenError> {
+        RawBackend::open(link, ips, port, gso, rx, true)
+    }
+
+    /// [`RawBackend::new`]; `ring`: try the receive ring (else `recvmmsg` from the start).
+    fn open(
+        link: Link,
+        ips: Vec<IpAddr>,
+        port: u16,
+        gso: bool,
+        rx: Arc<RxCounters>,
+        ring: bool,
+    ) -> Result<RawBackend, OpenError> {
         let Link { ifindex, mac, loopback, mtu } = link;
         let prog = filter(&ips, port).ok_or(OpenError::Io(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -716,15 +728,16 @@ impl RawBackend {
         let _ = set_int(raw, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1);
         // Frames straight from a shared ring, or, if the kernel will not give us one, read
         // with `recvmmsg` (logged once a process).
-        let ring = match Ring::new(raw) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                if !RING_FALLBACK_LOGGED.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(error = %e, "raw backend: no PACKET_RX_RING, receiving with recvmmsg");
+        let ring =
+            match if ring { Ring::new(raw) } else { Err(io::Error::from_raw_os_error(libc::ENOPROTOOPT)) } {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    if !RING_FALLBACK_LOGGED.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(error = %e, "raw backend: no PACKET_RX_RING, receiving with recvmmsg");
+                    }
+                    None
                 }
-                None
-            }
-        };
+            };
         // recvmmsg fallback: room for a full window of the peer arriving back to back (root may
         // exceed rmem_max). A ring does not use it.
         if set_int(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 16 << 20).is_err() {
@@ -1297,6 +1310,64 @@ mod tests {
         assert!(got.iter().enumerate().all(|(k, &(len, id))| len == seg && id == 7 + k as u16));
         // The largest frame the kernel can hand over still fits.
         assert!(76 + ETH + 60 + 65535 <= RING_FRAME);
+    }
+
+    /// Two backends on `lo`, one reading its ring and one with `recvmmsg`, exchange a single
+    /// packet and a 64 KiB GSO run each way: every packet arrives once, whole, in order.
+    /// Needs CAP_NET_RAW (skipped, saying so, without it).
+    #[test]
+    fn ring_and_recvmmsg_receive_the_same_on_loopback() {
+        // SAFETY: a NUL-terminated name.
+        let lo = unsafe { libc::if_nametoindex(c"lo".as_ptr()) } as i32;
+        let link = Link { ifindex: lo, mac: [0; 6], loopback: true, mtu: 65536 };
+        let pid = std::process::id();
+        let ip = |h: u8| IpAddr::from([127, 82, (pid % 250) as u8 + 1, h]);
+        let port = 4791;
+        let open = |h: u8, ring: bool| {
+            RawBackend::open(link, vec![ip(h)], port, true, Arc::new(RxCounters::default()), ring)
+        };
+        let (mut a, mut b) = match (open(1, true), open(2, false)) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(OpenError::Permission), _) | (_, Err(OpenError::Permission)) => {
+                eprintln!("skipped: needs CAP_NET_RAW");
+                return;
+            }
+            (Err(e), _) | (_, Err(e)) => panic!("{e:?}"),
+        };
+        assert!(a.ring.is_some() && b.ring.is_none());
+        let run: Vec<u8> = (0..16 * 4096).map(|i| (i * 7 + i / 4096) as u8).collect();
+        exchange(&mut a, &mut b, &run);
+        exchange(&mut b, &mut a, &run);
+    }
+
+    /// One packet, then a 64 KiB GSO run, from `tx` to `rx`: all of it arrives, once, whole.
+    fn exchange(tx: &mut RawBackend, rx: &mut RawBackend, run: &[u8]) {
+        let (from, to, port) = (tx.ips[0], rx.ips[0], rx.port);
+        for (contents, seg) in [(&run[..100], 100), (run, 4096)] {
+            let out = Outgoing {
+                dst: SocketAddr::new(to, port),
+                src_ip: from,
+                src_port: 0xc000,
+                contents,
+                segment_size: seg,
+                tos: 0,
+                hop_limit: 64,
+                flow_label: 0,
+            };
+            tx.send(out).unwrap();
+            let mut got: Vec<Vec<u8>> = Vec::new();
+            let t = std::time::Instant::now();
+            while got.len() < contents.len().div_ceil(seg) && t.elapsed().as_secs() < 5 {
+                rx.recv(&mut |d| {
+                    assert_eq!((d.src.ip(), d.dst, d.dst_port), (from, to, port));
+                    got.push(d.payload.to_vec());
+                })
+                .unwrap();
+            }
+            assert_eq!(got.concat(), contents, "ring {}", rx.ring.is_some());
+            assert!(got.iter().all(|p| p.len() == seg));
+        }
+        assert_eq!(rx.rx.frame_truncated.load(Ordering::Relaxed), 0);
     }
 
     #[test]
