@@ -1362,7 +1362,12 @@ impl Qp {
     /// full). On the wire an ordinary retransmission; the requester's state is unchanged.
     pub(crate) fn tail_probe<M: Memory>(&mut self, now: Time, mem: &M, buf: &mut [u8]) -> Option<Transmit> {
         let x = self.comp.psn;
-        if self.req.need_retry || !x.is_before(self.req.max_psn) {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd)
+            || self.req.error
+            || self.req.wait_rnr
+            || self.req.need_retry
+            || !x.is_before(self.req.max_psn)
+        {
             return None;
         }
         let idx = self.sq.iter().position(|w| matches!(w.state, WqeState::Processing | WqeState::Pending))?;
@@ -1383,7 +1388,11 @@ impl Qp {
         let t = self.requester_transmit(now, mem, buf);
         self.req.force_ack_req = false;
         (self.req.psn, self.req.wqe_index, self.req.noack_pkts, self.req.timed) = saved;
-        if let Some(w) = self.sq.get_mut(idx) {
+        // A local error building it (a region gone since the first send) stands, as it
+        // would for a go-back-N retransmission: the WQE keeps its error state.
+        if !self.req.error
+            && let Some(w) = self.sq.get_mut(idx)
+        {
             (w.sent, w.state) = (sent, state);
         }
         if t.is_some() {
