@@ -78,7 +78,7 @@ dropped() {
     ip netns exec "$1" nft list chain inet srloss input | awk '/packets/ { for (i = 1; i < NF; i++) if ($i == "packets") print $(i + 1) }' | head -1
 }
 
-# One run; prints "MBps retries timeouts probes drops".
+# One run; prints "MBps retries timeouts probes drops tail_probes".
 run() {
     local test=$1 loss=$2 port=$3
     local rd="$work/run-$test-$loss-$port"
@@ -115,24 +115,24 @@ try:
 except Exception:
     pass
 print(sys.argv[2], c.get("completer_retry_err", "?"), c.get("local_ack_timeout_err", "?"),
-      c.get("probe_retransmit", "-"), sys.argv[3])
+      c.get("probe_retransmit", "-"), sys.argv[3], c.get("tail_probe", "-"))
 EOF
 }
 
 printf '%s\n' "goodput under ${LOSS} % random loss each way: veth, PMTU $MTU, $SIZE B messages, $SECS s per run ($(date -u +%FT%TZ), $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?'))"
-printf '%-9s %13s %12s %6s %8s %8s %7s %7s %13s\n' test "lossless MB/s" "lossy MB/s" ratio retries timeouts probes drops "probes(0 %)"
+printf '%-9s %13s %12s %6s %8s %8s %7s %7s %13s %7s\n' test "lossless MB/s" "lossy MB/s" ratio retries timeouts probes drops "probes(0 %)" tails
 port=18515
 for round in $(seq "$ROUNDS"); do
     for t in $TESTS; do
         port=$((port + 1))
-        read -r base _ _ _ bprobes _ <<<"$(run "$t" 0 "$port")"
+        read -r base _ _ bprobes _ _ <<<"$(run "$t" 0 "$port")"
         port=$((port + 1))
-        read -r lossy retries timeouts probes drops <<<"$(run "$t" "$LOSS" "$port")"
+        read -r lossy retries timeouts probes drops tails <<<"$(run "$t" "$LOSS" "$port")"
         ratio=$(python3 -c "print(f'{$lossy / $base:.2f}' if $base > 0 else '-')")
-        printf '%-9s %13.1f %12.1f %6s %8s %8s %7s %7s %13s\n' "$t" "$base" "$lossy" "$ratio" "$retries" "$timeouts" "$probes" "$drops" "$bprobes"
+        printf '%-9s %13.1f %12.1f %6s %8s %8s %7s %7s %13s %7s\n' "$t" "$base" "$lossy" "$ratio" "$retries" "$timeouts" "$probes" "$drops" "$bprobes" "$tails"
         if [ -n "${JSON:-}" ]; then
-            printf '{"bench":"loss","test":"%s","loss_pct":%s,"mtu":%s,"size":%s,"secs":%s,"lossless_mbps":%s,"lossy_mbps":%s,"ratio":%s,"retries":"%s","timeouts":"%s","probes":"%s","drops":%s,"lossless_probes":"%s"}\n' \
-                "$t" "$LOSS" "$MTU" "$SIZE" "$SECS" "$base" "$lossy" "$ratio" "$retries" "$timeouts" "$probes" "$drops" "$bprobes"
+            printf '{"bench":"loss","test":"%s","loss_pct":%s,"mtu":%s,"size":%s,"secs":%s,"lossless_mbps":%s,"lossy_mbps":%s,"ratio":%s,"retries":"%s","timeouts":"%s","probes":"%s","drops":%s,"lossless_probes":"%s","tail_probes":"%s"}\n' \
+                "$t" "$LOSS" "$MTU" "$SIZE" "$SECS" "$base" "$lossy" "$ratio" "$retries" "$timeouts" "$probes" "$drops" "$bprobes" "$tails"
         fi
     done
 done

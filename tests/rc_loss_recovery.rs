@@ -20,6 +20,13 @@ fn duo(timeout: u8) -> Duo {
     Duo::new(PairConfig { mtu: Mtu::Mtu1024, timeout, ..PairConfig::default() })
 }
 
+/// As [`duo`], with A's tail probe off: the tests of the go-back-N probe alone.
+fn duo_no_tail(timeout: u8) -> Duo {
+    let mut d = duo(timeout);
+    d.a.set_tuning(QpTuning { tail_probe_min: None, ..d.a.tuning() });
+    d
+}
+
 fn write(d: &mut Duo, id: u64, len: u32) {
     d.a.post_send(SendWr::new(id, SendOp::RdmaWrite(Duo::remote(0)), &[Duo::sge(0, len)])).unwrap();
 }
@@ -97,7 +104,7 @@ fn read_gap_is_rerequested_at_once_and_once() {
 
 #[test]
 fn probe_recovers_a_lost_retransmission_long_before_the_ack_timeout() {
-    let mut d = duo(14);
+    let mut d = duo_no_tail(14);
     let rtt = Duration::from_micros(300);
     measure_rtt(&mut d, rtt);
     write(&mut d, 1, 6 * 1024);
@@ -135,7 +142,7 @@ fn probe_recovers_a_lost_retransmission_long_before_the_ack_timeout() {
 
 #[test]
 fn probe_recovers_a_lost_nak() {
-    let mut d = duo(14);
+    let mut d = duo_no_tail(14);
     measure_rtt(&mut d, Duration::from_micros(100));
     write(&mut d, 1, 4 * 1024);
     let mut req = d.tx_a();
@@ -156,6 +163,7 @@ fn probe_recovers_a_lost_nak() {
 fn probes_back_off_and_a_dead_peer_still_fails_after_retry_cnt_timeouts() {
     let mut d =
         Duo::new(PairConfig { mtu: Mtu::Mtu1024, timeout: 14, retry_cnt: 2, ..PairConfig::default() });
+    d.a.set_tuning(QpTuning { tail_probe_min: None, ..d.a.tuning() });
     measure_rtt(&mut d, Duration::from_micros(100));
     write(&mut d, 1, 2048);
     let start = d.now;
@@ -186,7 +194,7 @@ fn no_probe_without_a_round_trip_estimate_or_within_it() {
     d.tx_a();
     assert_eq!(d.a.poll_timeout(), Some(Time::ZERO + TIMEOUT_14));
     // A slow path: the probe waits srtt + 4 rttvar (here 3 × 5 ms), not its floor.
-    let mut d = duo(14);
+    let mut d = duo_no_tail(14);
     let rtt = Duration::from_millis(5);
     measure_rtt(&mut d, rtt);
     write(&mut d, 1, 1024);
@@ -262,4 +270,120 @@ fn repeated_losses_stop_at_the_floor_and_a_timeout_leaves_the_window() {
     d.deliver_b(&again);
     d.settle();
     assert_eq!(d.a_send.last().map(|w| (w.wr_id, w.status)), Some((99, WcStatus::Success)));
+}
+
+/// Whether packet `p` asks for an acknowledgement.
+fn ack_req(p: &[u8]) -> bool {
+    Packet::new_checked(p).unwrap().bth().ack_req()
+}
+
+#[test]
+fn tail_probe_answers_a_lost_ack_with_one_packet() {
+    let mut d = duo(14);
+    let rtt = Duration::from_micros(100);
+    measure_rtt(&mut d, rtt);
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 13) as u8).collect();
+    d.ma.set(BUF, BUF_ADDR, &data);
+    write(&mut d, 1, 4096);
+    let req = d.tx_a();
+    assert_eq!(req.len(), 4);
+    d.deliver_b(&req);
+    let _lost_ack = d.tx_b();
+    // Two round trips (200 µs) are below the tail probe's floor: 250 µs of silence, long
+    // before the go-back-N probe (2 ms).
+    let at = d.a.poll_timeout().expect("a timer runs");
+    assert_eq!(at - d.now, TAIL_PROBE_MIN);
+    d.advance(TAIL_PROBE_MIN - Duration::from_nanos(1));
+    assert!(d.tx_a().is_empty(), "nothing before the tail probe");
+    d.advance(Duration::from_nanos(1));
+    let probe = d.tx_a();
+    assert_eq!(probe.len(), 1, "the oldest unacknowledged packet alone");
+    assert_eq!(probe[0], {
+        // The same packet, with AckReq set.
+        let mut p = req[0].clone();
+        p[8] |= 0x80;
+        p
+    });
+    assert!(ack_req(&probe[0]));
+    // The responder has it already: a duplicate, answered with the last PSN it executed.
+    d.deliver_b(&probe);
+    let ack = d.tx_b();
+    assert_eq!(ack.len(), 1);
+    assert_eq!(psn(&ack[0]), psn(&req[3]));
+    d.deliver_a(&ack);
+    assert_eq!(d.a_send.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), [(1, WcStatus::Success)]);
+    assert!(d.tx_a().is_empty(), "nothing resent");
+    let c = d.a.counters();
+    assert_eq!((c.tail_probe, c.tail_probe_retransmit, c.probe_retransmit), (1, 0, 0));
+    assert_eq!(d.a.send_window(), d.a.tuning().max_unacked_psns, "no loss: the window stays");
+    assert_eq!(d.b.counters().duplicate_request, 1);
+    assert_eq!(d.mb.get(TGT, TGT_ADDR, 4096), data);
+}
+
+#[test]
+fn tail_probe_answered_with_its_own_psn_goes_back_n_from_the_next() {
+    let mut d = duo(14);
+    measure_rtt(&mut d, Duration::from_micros(100));
+    let data: Vec<u8> = (0..6144u32).map(|i| (i * 5 + 1) as u8).collect();
+    d.ma.set(BUF, BUF_ADDR, &data);
+    write(&mut d, 1, 6144);
+    let mut req = d.tx_a();
+    assert_eq!(req.len(), 6);
+    req.remove(2);
+    d.deliver_b(&req);
+    let nak = d.tx_b();
+    d.deliver_a(&nak);
+    let mut again = d.tx_a();
+    assert_eq!(again.len(), 4);
+    // The retransmission of the missing packet is lost as well: the responder, which NAKed
+    // the gap once, stays silent.
+    let lost = again.remove(0);
+    d.deliver_b(&again);
+    assert!(d.tx_b().is_empty());
+    d.advance(TAIL_PROBE_MIN);
+    let probe = d.tx_a();
+    assert_eq!(probe.len(), 1);
+    assert_eq!(psn(&probe[0]), psn(&lost));
+    assert!(ack_req(&probe[0]));
+    // The responder executes it and acknowledges exactly it: the packets after it are
+    // missing, and the requester goes back N from the next PSN at once.
+    d.deliver_b(&probe);
+    let ack = d.tx_b();
+    assert_eq!(ack.len(), 1);
+    assert_eq!(psn(&ack[0]), psn(&lost));
+    d.deliver_a(&ack);
+    let rest = d.tx_a();
+    assert_eq!(
+        rest.iter().map(|p| psn(p)).collect::<Vec<_>>(),
+        again.iter().map(|p| psn(p)).collect::<Vec<_>>()
+    );
+    d.deliver_b(&rest);
+    d.settle();
+    assert_eq!(d.a_send.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), [(1, WcStatus::Success)]);
+    let c = d.a.counters();
+    assert_eq!((c.tail_probe, c.tail_probe_retransmit, c.probe_retransmit), (1, 1, 0));
+    assert_eq!(c.local_ack_timeout_err, 0);
+    assert_eq!(d.mb.get(TGT, TGT_ADDR, 6144), data);
+    assert!(d.now - Time::ZERO < PROBE_MIN, "recovered before the go-back-N probe");
+}
+
+#[test]
+fn tail_probe_leaves_a_read_to_the_probe() {
+    let mut d = duo(14);
+    measure_rtt(&mut d, Duration::from_micros(100));
+    d.a.post_send(SendWr::new(1, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(0, 4096)])).unwrap();
+    let req = d.tx_a();
+    assert_eq!(req.len(), 1);
+    // Request lost: no tail probe (a duplicate READ is answered in full), the go-back-N
+    // probe asks again.
+    d.advance(TAIL_PROBE_MIN);
+    assert!(d.tx_a().is_empty());
+    d.advance(PROBE_MIN);
+    let again = d.tx_a();
+    assert_eq!(again.len(), 1);
+    d.deliver_b(&again);
+    d.settle();
+    assert_eq!(d.a_send[0].status, WcStatus::Success);
+    assert_eq!(d.a.counters().tail_probe, 0);
+    assert_eq!(d.a.counters().probe_retransmit, 1);
 }

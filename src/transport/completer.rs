@@ -79,6 +79,9 @@ impl Qp {
             }
         }
         self.run_completer(now, pkt, mem, CompSt::GetWqe, false);
+        if let Some(p) = pkt {
+            self.tail_probe_answered(p);
+        }
     }
 
     fn run_completer<M: Memory>(

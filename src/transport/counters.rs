@@ -87,4 +87,12 @@ counters! {
     /// requester ask again for the missing part at once (softroce's own; each is also a
     /// `completer_retry_err`).
     rcvd_read_gap,
+    /// Tail probes sent (softroce's own): after two measured round trips without an
+    /// acknowledgement, the oldest unacknowledged SEND/WRITE packet resent alone, with
+    /// AckReq. Not a retry and not a go-back-N: one packet that the responder answers.
+    tail_probe,
+    /// Go-back-N retransmissions started by the answer to a tail probe (softroce's own): the
+    /// responder acknowledged exactly the probed packet, so what was sent after it was lost.
+    /// Not counted in `completer_retry_err` or `probe_retransmit`.
+    tail_probe_retransmit,
 }

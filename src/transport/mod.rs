@@ -38,7 +38,7 @@ pub use ids::{Lkey, Qkey, Qpn, Rkey};
 pub use memory::{Access, AtomicOp, MemError, Memory, VecMemory, VecRegion};
 pub use qp::{
     GRH_LEN, LOCAL_ACK_STRETCH, MAX_MSG_SIZE, MAX_RD_ATOMIC, ModifyError, Mtu, PROBE_MIN, PostError, Qp,
-    QpAttr, QpAttrUpdate, QpCaps, QpEvent, QpState, QpTuning, QpType, check_send_wr,
+    QpAttr, QpAttrUpdate, QpCaps, QpEvent, QpState, QpTuning, QpType, TAIL_PROBE_MIN, check_send_wr,
 };
 pub use srq::{Srq, SrqError};
 pub use wr::{

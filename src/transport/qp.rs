@@ -407,11 +407,20 @@ pub struct QpTuning {
     /// notes on `Qp`); the probe waits longer when the measured round trip asks for it, and
     /// never fires after the local ACK timeout. Default [`PROBE_MIN`].
     pub probe_min: Duration,
+    /// Least silence before the requester's tail probe resends the single oldest
+    /// unacknowledged packet (see [`Qp::tail_probe`]); it waits two measured round trips
+    /// when that is longer. `None` turns the tail probe off. Default [`TAIL_PROBE_MIN`].
+    pub tail_probe_min: Option<Duration>,
 }
 
 impl Default for QpTuning {
     fn default() -> QpTuning {
-        QpTuning { max_unacked_psns: 256, ack_req_every: 65, probe_min: PROBE_MIN }
+        QpTuning {
+            max_unacked_psns: 256,
+            ack_req_every: 65,
+            probe_min: PROBE_MIN,
+            tail_probe_min: Some(TAIL_PROBE_MIN),
+        }
     }
 }
 
@@ -437,6 +446,10 @@ pub(crate) struct ReqState {
     /// The packet whose acknowledgement times the round trip: its PSN and when it left
     /// (only new packets are timed, and a go-back-N rewind forgets it: Karn's rule).
     pub timed: Option<(Psn, Time)>,
+    /// The tail probe is due: the next packet is the oldest unacknowledged one, alone.
+    pub tail_probe_due: bool,
+    /// Set AckReq on the packet being built (the tail probe's).
+    pub force_ack_req: bool,
 }
 
 /// Completer state (rxe's `qp->comp`).
@@ -458,6 +471,9 @@ pub(crate) struct CompState {
 
 /// The default least probe interval ([`QpTuning::probe_min`]).
 pub const PROBE_MIN: Duration = Duration::from_millis(2);
+
+/// The default least tail probe interval ([`QpTuning::tail_probe_min`]).
+pub const TAIL_PROBE_MIN: Duration = Duration::from_micros(250);
 
 /// Most doublings of the probe interval while probes go unanswered.
 const PROBE_MAX_BACKOFF: u32 = 6;
@@ -497,6 +513,10 @@ pub(crate) struct Recovery {
     pub cwnd: u32,
     /// Acknowledged PSNs times [`CWND_INCREASE`] not yet turned into window growth.
     pub cwnd_credit: u32,
+    /// When the tail probe fires (see [`Qp::tail_probe`]).
+    pub tail_at: Option<Time>,
+    /// The PSN the tail probe resent, until a response at or beyond it arrives.
+    pub tail_psn: Option<Psn>,
 }
 
 /// Smallest in-flight window after losses, in PSNs.
@@ -984,6 +1004,8 @@ impl Qp {
         self.retransmit_postponed = false;
         self.rnr_at = None;
         self.recovery.probe_at = None;
+        self.recovery.tail_at = None;
+        self.req.tail_probe_due = false;
         self.req.need_retry = false;
         self.req.wait_rnr = false;
         while let Some(w) = self.sq.pop_front() {
@@ -1161,6 +1183,10 @@ impl Qp {
             self.req.wait_rnr = false;
             self.req.need_retry = true;
         }
+        if self.recovery.tail_at.is_some_and(|t| t <= now) {
+            self.recovery.tail_at = None;
+            self.tail_probe_fired(now, &stalled);
+        }
         if self.recovery.probe_at.is_some_and(|t| t <= now) {
             self.recovery.probe_at = None;
             self.probe_fired(now, &stalled);
@@ -1186,7 +1212,10 @@ impl Qp {
 
     /// The earliest deadline at which [`Qp::handle_timeout`] must be called.
     pub fn poll_timeout(&self) -> Option<Time> {
-        [self.retransmit_at, self.rnr_at, self.recovery.probe_at].into_iter().flatten().min()
+        [self.retransmit_at, self.rnr_at, self.recovery.probe_at, self.recovery.tail_at]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Builds the next packet to send into `buf` (BTH through ICRC; the ICRC is left zero for
@@ -1196,7 +1225,11 @@ impl Qp {
         if buf.len() < self.max_packet_len() {
             return None;
         }
-        let t = if self.tx_turn {
+        let t = if std::mem::take(&mut self.req.tail_probe_due)
+            && let Some(t) = self.tail_probe(now, mem, buf)
+        {
+            Some(t)
+        } else if self.tx_turn {
             self.requester_transmit(now, mem, buf).or_else(|| self.responder_transmit(mem, buf))
         } else {
             self.responder_transmit(mem, buf).or_else(|| self.requester_transmit(now, mem, buf))
@@ -1215,6 +1248,7 @@ impl Qp {
         self.resp.has_output()
             || (self.req.wqe_index < self.sq.len() && !self.req.wait_rnr)
             || self.req.need_retry
+            || self.req.tail_probe_due
     }
 
     /// Largest packet this QP builds: headers, a path-MTU payload, ICRC.
@@ -1268,6 +1302,7 @@ impl Qp {
         self.note_timer_outrun();
         self.retransmit_at = None;
         self.recovery.probe_at = None;
+        self.recovery.tail_at = None;
     }
 
     /// Arms the probe (see [`Recovery`]) from `now`, when a round trip has been measured and
@@ -1279,6 +1314,123 @@ impl Qp {
             _ => None,
         };
         r.probe_armed = now;
+        // The tail probe: two round trips (at least `tail_probe_min`), before the probe.
+        r.tail_at = match (r.srtt, self.tuning.tail_probe_min, r.probe_at) {
+            (Some(srtt), Some(min), Some(p)) if now + (srtt * 2).max(min) < p => {
+                Some(now + (srtt * 2).max(min))
+            }
+            _ => None,
+        };
+    }
+
+    /// The tail probe timer expired: nothing was acknowledged for two round trips. Unless the
+    /// driver was kept from running, resend the oldest unacknowledged packet alone (see
+    /// [`Qp::tail_probe`]) at the next transmit.
+    fn tail_probe_fired(&mut self, now: Time, stalled: &impl Fn(Time) -> Duration) {
+        let armed = self.recovery.probe_armed;
+        if !matches!(self.state, QpState::Rts | QpState::Sqd)
+            || self.req.wait_rnr
+            || self.req.error
+            || self.req.need_retry
+            || self.retransmit_at.is_none()
+            || !self.req.max_psn.is_after(self.comp.psn)
+        {
+            return;
+        }
+        let waited = now - armed;
+        if stalled(armed).min(waited) * 2 >= waited {
+            // Kept from running: the peer had no fair chance either; wait as long again.
+            self.recovery.tail_at =
+                Some(now + waited).filter(|&t| self.recovery.probe_at.is_some_and(|p| t < p));
+            return;
+        }
+        self.req.tail_probe_due = true;
+    }
+
+    /// The tail probe (softroce's own, after TCP's tail loss probe): when nothing has been
+    /// acknowledged for two measured round trips (at least [`QpTuning::tail_probe_min`]),
+    /// well before the go-back-N probe, the requester resends the single oldest
+    /// unacknowledged SEND/WRITE packet with AckReq set, and nothing else. The responder
+    /// answers it whatever happened: a duplicate is acknowledged with the last PSN the
+    /// responder executed (C9-105; rxe does the same), the missing packet is executed and
+    /// acknowledged. So a lost acknowledgement, a slow peer or a lost last packet of a
+    /// burst costs one packet instead of a window resent, and when the answer acknowledges
+    /// exactly the probed PSN while more was sent after it — the responder is missing the
+    /// next packet (a lost NAK, a lost retransmission) — the requester goes back N from there
+    /// at once (`tail_probe_retransmit`), as a sequence NAK would have made it. A READ or an
+    /// atomic at the head is left to the go-back-N probe (a duplicate READ is answered in
+    /// full). On the wire an ordinary retransmission; the requester's state is unchanged.
+    pub(crate) fn tail_probe<M: Memory>(&mut self, now: Time, mem: &M, buf: &mut [u8]) -> Option<Transmit> {
+        let x = self.comp.psn;
+        if !matches!(self.state, QpState::Rts | QpState::Sqd)
+            || self.req.error
+            || self.req.wait_rnr
+            || self.req.need_retry
+            || !x.is_before(self.req.max_psn)
+        {
+            return None;
+        }
+        let idx = self.sq.iter().position(|w| matches!(w.state, WqeState::Processing | WqeState::Pending))?;
+        let w = &self.sq[idx];
+        if w.wr.op.is_read_or_atomic() || x.is_before(w.first_psn) || x.is_after(w.last_psn) {
+            return None;
+        }
+        let mtu = self.mtu();
+        let saved = (self.req.psn, self.req.wqe_index, self.req.noack_pkts, self.req.timed);
+        let (sent, state) = (w.sent, w.state);
+        let offset = (x.distance_from(w.first_psn) as u64 * mtu).min(w.len);
+        let w = &mut self.sq[idx];
+        w.sent = offset;
+        w.state = if offset > 0 { WqeState::Processing } else { WqeState::Posted };
+        self.req.psn = x;
+        self.req.wqe_index = idx;
+        self.req.force_ack_req = true;
+        let t = self.requester_transmit(now, mem, buf);
+        self.req.force_ack_req = false;
+        (self.req.psn, self.req.wqe_index, self.req.noack_pkts, self.req.timed) = saved;
+        // A local error building it (a region gone since the first send) stands, as it
+        // would for a go-back-N retransmission: the WQE keeps its error state.
+        if !self.req.error
+            && let Some(w) = self.sq.get_mut(idx)
+        {
+            (w.sent, w.state) = (sent, state);
+        }
+        if t.is_some() {
+            tracing::debug!(qpn = self.qpn, %x, "tail probe: the oldest unacknowledged packet alone");
+            self.counters.tail_probe += 1;
+            self.recovery.tail_psn = Some(x);
+        }
+        t
+    }
+
+    /// After a response: if it answers the tail probe by acknowledging exactly the probed
+    /// PSN while later PSNs were sent, those were lost: go back N from the next one.
+    pub(crate) fn tail_probe_answered(&mut self, pkt: &crate::wire::Packet<'_>) {
+        let Some(x) = self.recovery.tail_psn else { return };
+        let psn = pkt.bth().psn();
+        if psn.is_before(x) {
+            return;
+        }
+        self.recovery.tail_psn = None;
+        let ack = pkt.info().operation == crate::wire::Operation::Acknowledge
+            && pkt.aeth().is_some_and(|a| {
+                matches!(crate::wire::AethRepr::parse(&a).syndrome(), crate::wire::aeth::Syndrome::Ack { .. })
+            });
+        if ack
+            && psn == x
+            && self.comp.psn == x.next()
+            && self.req.max_psn.is_after(self.comp.psn)
+            && matches!(self.state, QpState::Rts | QpState::Sqd)
+            && !self.req.need_retry
+            && !self.req.error
+            && !self.req.wait_rnr
+        {
+            tracing::debug!(qpn = self.qpn, from_psn = %self.comp.psn, "retransmitting (tail probe answered)");
+            self.counters.tail_probe_retransmit += 1;
+            self.recovery.on_loss(self.tuning.max_unacked_psns);
+            self.req.need_retry = true;
+            self.comp.started_retry = true;
+        }
     }
 
     /// The probe timer expired: nothing was acknowledged for a probe interval. Go back N from

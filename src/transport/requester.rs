@@ -183,7 +183,7 @@ impl Qp {
             );
         if rc {
             let every = self.tuning.ack_req_every.min(window / 2).max(1);
-            bth.ack_req = end || self.req.noack_pkts >= every;
+            bth.ack_req = end || self.req.noack_pkts >= every || self.req.force_ack_req;
         }
         let mut repr = PacketRepr::new(bth);
         match op {

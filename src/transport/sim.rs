@@ -367,6 +367,8 @@ pub struct PairConfig {
     pub psn: u32,
     /// The QPs' least probe interval ([`super::QpTuning::probe_min`]).
     pub probe_min: Duration,
+    /// The QPs' least tail probe interval ([`super::QpTuning::tail_probe_min`]).
+    pub tail_probe_min: Option<Duration>,
 }
 
 impl Default for PairConfig {
@@ -392,6 +394,7 @@ impl Default for PairConfig {
             rd_atomic: 16,
             psn: 0x12_3456,
             probe_min: super::qp::PROBE_MIN,
+            tail_probe_min: Some(super::qp::TAIL_PROBE_MIN),
         }
     }
 }
@@ -474,7 +477,11 @@ impl Pair {
             ..Default::default()
         };
         qp.modify(&rts).expect("RTR->RTS");
-        qp.set_tuning(super::QpTuning { probe_min: cfg.probe_min, ..qp.tuning() });
+        qp.set_tuning(super::QpTuning {
+            probe_min: cfg.probe_min,
+            tail_probe_min: cfg.tail_probe_min,
+            ..qp.tuning()
+        });
         qp
     }
 

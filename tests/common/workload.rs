@@ -68,6 +68,8 @@ pub struct Outcome {
     pub retries: u64,
     /// Of them, early ones A's probe started (not counted in `retries`).
     pub probes: u64,
+    /// Tail probes A sent (single packets; see `Qp::tail_probe`).
+    pub tail_probes: u64,
 }
 
 /// The runner for one direction: requester on `req` side (A when `forward`).
@@ -266,6 +268,7 @@ impl Workload {
             packets_ab: p.ab.stats.sent,
             retries: p.a.qps[0].counters().completer_retry_err,
             probes: p.a.qps[0].counters().probe_retransmit,
+            tail_probes: p.a.qps[0].counters().tail_probe,
             ..Default::default()
         };
         let mut expected_ids =
