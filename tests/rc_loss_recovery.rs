@@ -280,6 +280,8 @@ fn ack_req(p: &[u8]) -> bool {
 #[test]
 fn tail_probe_answers_a_lost_ack_with_one_packet() {
     let mut d = duo(14);
+    // (off by default: turned on here)
+    d.a.set_tuning(QpTuning { tail_probe_min: Some(TAIL_PROBE_MIN), ..d.a.tuning() });
     let rtt = Duration::from_micros(100);
     measure_rtt(&mut d, rtt);
     let data: Vec<u8> = (0..4096u32).map(|i| (i * 13) as u8).collect();
@@ -323,6 +325,8 @@ fn tail_probe_answers_a_lost_ack_with_one_packet() {
 #[test]
 fn tail_probe_answered_with_its_own_psn_goes_back_n_from_the_next() {
     let mut d = duo(14);
+    // (off by default: turned on here)
+    d.a.set_tuning(QpTuning { tail_probe_min: Some(TAIL_PROBE_MIN), ..d.a.tuning() });
     measure_rtt(&mut d, Duration::from_micros(100));
     let data: Vec<u8> = (0..6144u32).map(|i| (i * 5 + 1) as u8).collect();
     d.ma.set(BUF, BUF_ADDR, &data);
@@ -370,6 +374,8 @@ fn tail_probe_answered_with_its_own_psn_goes_back_n_from_the_next() {
 #[test]
 fn tail_probe_leaves_a_read_to_the_probe() {
     let mut d = duo(14);
+    // (off by default: turned on here)
+    d.a.set_tuning(QpTuning { tail_probe_min: Some(TAIL_PROBE_MIN), ..d.a.tuning() });
     measure_rtt(&mut d, Duration::from_micros(100));
     d.a.post_send(SendWr::new(1, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(0, 4096)])).unwrap();
     let req = d.tx_a();
