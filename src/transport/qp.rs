@@ -408,7 +408,7 @@ pub struct QpTuning {
     /// never fires after the local ACK timeout. Default [`PROBE_MIN`].
     pub probe_min: Duration,
     /// Least silence before the requester's tail probe resends the single oldest
-    /// unacknowledged packet (see [`Qp::tail_probe`]); it waits two measured round trips
+    /// unacknowledged packet (see the tail probe in the loss recovery notes on `Qp`); it waits two measured round trips
     /// when that is longer. `None` (the default) turns the tail probe off; [`TAIL_PROBE_MIN`]
     /// is the floor it was measured with. Off by default until it has run the interop
     /// matrix's loss rows against kernel rxe and shown a gain beyond the noise on a real
@@ -512,7 +512,7 @@ pub(crate) struct Recovery {
     pub cwnd: u32,
     /// Acknowledged PSNs times [`CWND_INCREASE`] not yet turned into window growth.
     pub cwnd_credit: u32,
-    /// When the tail probe fires (see [`Qp::tail_probe`]).
+    /// When the tail probe fires (see the tail probe in the loss recovery notes on `Qp`).
     pub tail_at: Option<Time>,
     /// The PSN the tail probe resent, until a response at or beyond it arrives.
     pub tail_psn: Option<Psn>,
