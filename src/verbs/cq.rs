@@ -112,12 +112,8 @@ impl CqShared {
 
     /// Reads the pending notification bytes without blocking (at most 64); returns how many.
     fn take_notifications(&self) -> usize {
-        let mut buf = [0u8; 64];
-        // SAFETY: a non-blocking read into a local buffer of the length given.
-        let k = unsafe {
-            libc::recv(self.notify_rx.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT)
-        };
-        k.max(0) as usize
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 64];
+        socket2::SockRef::from(&self.notify_rx).recv_with_flags(&mut buf, libc::MSG_DONTWAIT).unwrap_or(0)
     }
 
     fn disarm(&self, from: u8) -> bool {
