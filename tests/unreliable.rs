@@ -355,7 +355,11 @@ fn srq_shared_by_many_qps_with_its_limit_event() {
     // Receives go to the SRQ, not the QP.
     let e = receivers[0].post_recv(RecvWr::new(0, &[mr2.sge(0, 8)])).unwrap_err();
     assert!(matches!(e, Error::Post(PostError::UsesSrq)), "{e}");
-    let slot = |k: u64| (k as usize % 200) * 4096;
+    // A receive's wr_id is its buffer's slot. A slot is reused only after its receive has
+    // completed: an SRQ's receives complete in the order the QPs' messages finish, and a QP
+    // held back by a retransmission or an RNR wait keeps the WQE it took meanwhile.
+    let slot = |k: u64| k as usize * 4096;
+    let mut free: std::collections::VecDeque<u64> = (64..200).collect();
     let mut posted = 0u64;
     while posted < 64 {
         srq.post_recv(RecvWr::new(
@@ -410,11 +414,13 @@ fn srq_shared_by_many_qps_with_its_limit_event() {
             assert!(buf == numbered((q as u64 * 1000 + next[q]) as u32, 3000), "QP {q} message {}", next[q]);
             next[q] += 1;
             received += 1;
+            free.push_back(wc.wr_id);
             // The first five receives are not replaced at once: the SRQ falls below its limit
             // of 60 whatever the timing.
             while received > 5 && posted < received + 64 {
-                let sges = [mr2.sge(slot(posted), 2048), mr2.sge(slot(posted) + 2048, 2048)];
-                srq.post_recv(RecvWr::new(posted, &sges)).unwrap();
+                let k = free.pop_front().expect("a free slot");
+                let sges = [mr2.sge(slot(k), 2048), mr2.sge(slot(k) + 2048, 2048)];
+                srq.post_recv(RecvWr::new(k, &sges)).unwrap();
                 posted += 1;
             }
         }
