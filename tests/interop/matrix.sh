@@ -197,6 +197,10 @@ run() {
         {
             echo "--- guest console (tail)"; tail -c 2000 "$RUN/vm1.console.log" | tr -d '\r'
             echo "--- guest processes"; "$RIG" vm -t 10 1 'ps | grep -v " \["; cat /proc/loadavg' 2>&1
+            # (where a packet may vanish inside the guest without a counter the checks read:
+            # the backlog, the NIC's receive drops, UDP's own errors)
+            echo "--- guest drops (softnet_stat, eth0/ifb0 rx_dropped, Udp)"
+            "$RIG" vm -t 10 1 'cut -d" " -f1-3 /proc/net/softnet_stat; cat /sys/class/net/eth0/statistics/rx_dropped /sys/class/net/ifb0/statistics/rx_dropped /sys/class/net/ifb0/statistics/tx_dropped 2>/dev/null; grep ^Udp: /proc/net/snmp; grep -E "^(Ip|IpExt):" /proc/net/snmp /proc/net/netstat 2>/dev/null | head -4' 2>&1
         } >> "$log"
     fi
     if [ "$res" = fail ] && [ -z "${RETRY:-}" ] && [ -z "${NORETRY:-}" ]; then
