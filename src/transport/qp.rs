@@ -466,6 +466,9 @@ pub(crate) struct CompState {
     pub started_retry: bool,
     /// Since when stale responses have been deferring the local ACK timer without progress.
     pub busy_since: Option<Time>,
+    /// Stale or early responses received since the last progress (the peer's evidence of
+    /// being busy; see `Qp::busy_budget`).
+    pub busy_seen: u64,
 }
 
 /// The default least probe interval ([`QpTuning::probe_min`]).
