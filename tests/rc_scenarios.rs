@@ -1154,24 +1154,30 @@ mod serial_peer {
 
     /// A Duo with five 8 MiB READs posted on A (PMTU 1024: 8192 responses each).
     pub fn five_big_reads(retry_cnt: u8) -> (Duo, Vec<u8>) {
+        reads(&[MIB8 as u32; READS as usize], retry_cnt)
+    }
+
+    /// A Duo with READs of `lens` posted on A, each into its own 8 MiB, all from the same
+    /// 8 MiB of B.
+    pub fn reads(lens: &[u32], retry_cnt: u8) -> (Duo, Vec<u8>) {
         let d =
             Duo::new(PairConfig { mtu: Mtu::Mtu1024, timeout: TIMEOUT, retry_cnt, ..PairConfig::default() });
-        d.ma.add(PD, BIG_BUF, BIG_BUF_ADDR, READS as usize * MIB8, Access::LOCAL_WRITE);
+        d.ma.add(PD, BIG_BUF, BIG_BUF_ADDR, lens.len() * MIB8, Access::LOCAL_WRITE);
         d.mb.add(PD, BIG_TGT, BIG_TGT_ADDR, MIB8, Access::ALL);
         let data = fill(&d.mb, BIG_TGT, BIG_TGT_ADDR, MIB8, 11);
         let mut d = d;
-        for i in 0..READS {
-            let sge =
-                Sge { addr: BIG_BUF_ADDR + i * MIB8 as u64, length: MIB8 as u32, lkey: Lkey::new(BIG_BUF) };
+        for (i, &len) in lens.iter().enumerate() {
+            let addr = BIG_BUF_ADDR + (i * MIB8) as u64;
+            let sge = Sge { addr, length: len, lkey: Lkey::new(BIG_BUF) };
             let remote = RemoteAddr { addr: BIG_TGT_ADDR, rkey: Rkey::new(BIG_TGT) };
-            d.a.post_send(SendWr::new(i + 1, SendOp::RdmaRead(remote), &[sge])).unwrap();
+            d.a.post_send(SendWr::new(i as u64 + 1, SendOp::RdmaRead(remote), &[sge])).unwrap();
         }
         (d, data)
     }
 
-    /// READ `i`'s landing buffer on A.
-    pub fn landed(d: &Duo, i: u64) -> Vec<u8> {
-        d.ma.get(BIG_BUF, BIG_BUF_ADDR + i * MIB8 as u64, MIB8)
+    /// The first `len` bytes of READ `i`'s landing buffer on A.
+    pub fn landed(d: &Duo, i: u64, len: usize) -> Vec<u8> {
+        d.ma.get(BIG_BUF, BIG_BUF_ADDR + i * MIB8 as u64, len)
     }
 
     /// What the peer does at one tick.
@@ -1185,11 +1191,12 @@ mod serial_peer {
         Silent,
     }
 
-    /// Runs A against the serial peer until A completed every READ, or its QP failed, or
+    /// Runs A against the serial peer until A completed `n` READs, or its QP failed, or
     /// `limit` of virtual time passed. `act(n)` decides tick `n`; `lose(k, pkt)` whether the
     /// `k`th served response is lost. Returns the virtual time used.
     pub fn run(
         d: &mut Duo,
+        n: usize,
         limit: Duration,
         mut act: impl FnMut(u64) -> Act,
         mut lose: impl FnMut(u64, &[u8]) -> bool,
@@ -1199,7 +1206,7 @@ mod serial_peer {
         let mut responses: VecDeque<Vec<u8>> = VecDeque::new();
         let mut served = 0u64;
         let mut tick = 0u64;
-        while (d.a_send.len() as u64) < READS && d.a.state() == QpState::Rts && d.now - start < limit {
+        while d.a_send.len() < n && d.a.state() == QpState::Rts && d.now - start < limit {
             requests.extend(d.tx_a());
             match act(tick) {
                 Act::Serve => {
@@ -1244,6 +1251,7 @@ fn a_serial_peer_with_seconds_of_backlog_is_waited_for() {
         let mut lost = false;
         let took = run(
             &mut d,
+            READS as usize,
             Duration::from_secs(600),
             |_| Act::Serve,
             |k, _| {
@@ -1261,7 +1269,7 @@ fn a_serial_peer_with_seconds_of_backlog_is_waited_for() {
         );
         assert!(took > RIG_RTO * 32, "the backlog outlasted the old fixed patience ({took:?})");
         for i in 0..READS {
-            assert!(landed(&d, i) == data, "READ {} landed intact", i + 1);
+            assert!(landed(&d, i, MIB8) == data, "READ {} landed intact", i + 1);
         }
         assert_eq!(d.a.counters().retry_exceeded_err, 0);
     }
@@ -1276,6 +1284,7 @@ fn a_serial_peer_that_goes_silent_ends_in_retry_exceeded() {
     // Twenty more responses after the lost one, then nothing at all.
     let took = run(
         &mut d,
+        READS as usize,
         Duration::from_secs(600),
         |t| if t >= 30 { Act::Silent } else { Act::Serve },
         |k, _| k == 10,
@@ -1297,6 +1306,7 @@ fn a_peer_that_only_sends_useless_responses_ends_in_retry_exceeded() {
     let read1 = std::cell::RefCell::new(Vec::<Vec<u8>>::new());
     let took = run(
         &mut d,
+        READS as usize,
         Duration::from_secs(3600),
         |t| {
             let r = read1.borrow();
@@ -1320,4 +1330,31 @@ fn a_peer_that_only_sends_useless_responses_ends_in_retry_exceeded() {
     // Outstanding: READ 1 and at most the window beyond it.
     let owed_bound = TICK * (9 * (8192 + 256));
     assert!(took < owed_bound + RIG_RTO * 8 + Duration::from_secs(9), "gave up after {took:?}");
+}
+
+/// The older mechanism (stale duplicates) at the same scale: the peer stalls before the first
+/// response of an 8 MiB READ, the timer and the probes ask for it again meanwhile, and the
+/// peer answers the READ and then every duplicate of it in full, before it gets to READ 2 (one
+/// packet). Only READ 2 is outstanding while those stale replays stream for seconds: they
+/// defer the timer because they are replays we asked for, not by what is outstanding.
+#[test]
+fn replays_of_a_big_read_that_completed_are_waited_for() {
+    use serial_peer::*;
+    let (mut d, data) = reads(&[MIB8 as u32, 100], 7);
+    let took = run(
+        &mut d,
+        2,
+        Duration::from_secs(600),
+        |t| if t < 150 { Act::Silent } else { Act::Serve },
+        |_, _| false,
+    );
+    assert_eq!(
+        d.a_send.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (2, WcStatus::Success)],
+        "after {took:?}: {:?}",
+        d.a.counters()
+    );
+    assert!(took > RIG_RTO * 32, "the replays outlasted the old fixed patience ({took:?})");
+    assert!(landed(&d, 0, MIB8) == data);
+    assert_eq!(landed(&d, 1, 100), data[..100]);
 }

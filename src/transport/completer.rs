@@ -55,6 +55,16 @@ impl Qp {
         outstanding.saturating_mul(u64::from(self.attr.retry_cnt) + 2)
     }
 
+    /// The requester asks again for everything from the oldest unacknowledged PSN: the peer
+    /// may answer all of it once more, as stale responses if the first answers get through.
+    /// Bounded without drift (lost replays are never seen): the count grows only up to
+    /// `retry_cnt + 1` times what is outstanding now, or stays where it is if above that.
+    pub(crate) fn note_replay_requested(&mut self) {
+        let outstanding = u64::from(self.req.max_psn.distance_from(self.comp.psn));
+        let cap = outstanding.saturating_mul(u64::from(self.attr.retry_cnt) + 1).max(self.comp.replays_owed);
+        self.comp.replays_owed = self.comp.replays_owed.saturating_add(outstanding).min(cap);
+    }
+
     fn reset_retry_counters(&mut self) {
         self.comp.retry_cnt = self.attr.retry_cnt;
         self.comp.rnr_retry = self.attr.rnr_retry;
@@ -111,6 +121,8 @@ impl Qp {
         // A stale or early response (a duplicate of something already acknowledged, or a READ
         // response beyond a gap): the peer is alive and working through its queue.
         let mut peer_busy = false;
+        // A duplicate of something already acknowledged (a replay, if we asked again).
+        let mut stale = false;
         // A retransmission started here: the PSNs a NAK acknowledges do not grow the window.
         let mut loss_seen = false;
         loop {
@@ -162,6 +174,7 @@ impl Qp {
                             CompSt::CompAck
                         } else {
                             peer_busy = true;
+                            stale = true;
                             CompSt::Done
                         }
                     } else if psn.is_after(self.comp.psn) && w.wr.op.is_read_or_atomic() {
@@ -340,7 +353,9 @@ impl Qp {
         // The patience scales with the peer's backlog: each such response proves the peer
         // alive and working, and the timer keeps deferring while they come (at least one per
         // timeout) and number no more than the peer can still owe (`busy_budget`), or for
-        // BUSY_PATIENCE timeouts, whichever is longer. A peer that goes quiet defers nothing;
+        // BUSY_PATIENCE timeouts, whichever is longer; stale responses also while they number
+        // no more than the replays we asked for (`note_replay_requested`). A peer that goes
+        // quiet defers nothing;
         // one that sends useless responses forever exhausts the budget, and then the retries
         // run out as usual (RETRY_EXC_ERR).
         if progressed {
@@ -365,11 +380,18 @@ impl Qp {
             self.comp.busy_seen = self.comp.busy_seen.saturating_add(1);
         }
         let within_budget = self.comp.busy_seen <= self.busy_budget();
+        // A stale response we asked for (a replay of a rewound request) defers on its own:
+        // the budget above is for what is outstanding now, the replays of a large READ that
+        // just completed can outnumber it by far.
+        let replay = stale && self.comp.replays_owed > 0;
+        if stale {
+            self.comp.replays_owed -= u64::from(replay);
+        }
         let deferred = peer_busy
             && self.retransmit_at.is_some()
             && self.retransmit_interval().is_some_and(|rto| {
                 let since = *self.comp.busy_since.get_or_insert(now);
-                within_budget || now - since < rto * BUSY_PATIENCE
+                within_budget || replay || now - since < rto * BUSY_PATIENCE
             });
         if progressed || timer_lapsed || deferred {
             self.rearm_retransmit(now);
