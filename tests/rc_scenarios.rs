@@ -1133,3 +1133,228 @@ fn max_dest_rd_atomic_is_never_exceeded_by_a_compliant_requester() {
     assert_eq!(d.a_send.len(), 200);
     assert!(d.a_send.iter().all(|w| w.status == WcStatus::Success));
 }
+
+/// A responder shaped like kernel rxe under the interop rig's TCG guests: it serves a QP's
+/// requests strictly one at a time, in arrival order, replays every duplicate READ request in
+/// full, and sends one response packet per `tick` (1 KiB a millisecond ≈ 1 MB/s).
+mod serial_peer {
+    use super::*;
+    use std::collections::VecDeque;
+
+    pub const MIB8: usize = 8 << 20;
+    pub const READS: u64 = 5;
+    const BIG_BUF: u32 = 0x300;
+    const BIG_BUF_ADDR: u64 = 0x1000_0000;
+    const BIG_TGT: u32 = 0x400;
+    const BIG_TGT_ADDR: u64 = 0x8000_0000;
+    /// The rig's local ACK timeout code (ib_read_bw's default 14: 67 ms).
+    pub const TIMEOUT: u8 = 14;
+    pub const RIG_RTO: Duration = Duration::from_nanos(4096 << TIMEOUT);
+    pub const TICK: Duration = Duration::from_millis(1);
+
+    /// A Duo with five 8 MiB READs posted on A (PMTU 1024: 8192 responses each).
+    pub fn five_big_reads(retry_cnt: u8) -> (Duo, Vec<u8>) {
+        reads(&[MIB8 as u32; READS as usize], retry_cnt)
+    }
+
+    /// A Duo with READs of `lens` posted on A, each into its own 8 MiB, all from the same
+    /// 8 MiB of B.
+    pub fn reads(lens: &[u32], retry_cnt: u8) -> (Duo, Vec<u8>) {
+        let d =
+            Duo::new(PairConfig { mtu: Mtu::Mtu1024, timeout: TIMEOUT, retry_cnt, ..PairConfig::default() });
+        d.ma.add(PD, BIG_BUF, BIG_BUF_ADDR, lens.len() * MIB8, Access::LOCAL_WRITE);
+        d.mb.add(PD, BIG_TGT, BIG_TGT_ADDR, MIB8, Access::ALL);
+        let data = fill(&d.mb, BIG_TGT, BIG_TGT_ADDR, MIB8, 11);
+        let mut d = d;
+        for (i, &len) in lens.iter().enumerate() {
+            let addr = BIG_BUF_ADDR + (i * MIB8) as u64;
+            let sge = Sge { addr, length: len, lkey: Lkey::new(BIG_BUF) };
+            let remote = RemoteAddr { addr: BIG_TGT_ADDR, rkey: Rkey::new(BIG_TGT) };
+            d.a.post_send(SendWr::new(i as u64 + 1, SendOp::RdmaRead(remote), &[sge])).unwrap();
+        }
+        (d, data)
+    }
+
+    /// The first `len` bytes of READ `i`'s landing buffer on A.
+    pub fn landed(d: &Duo, i: u64, len: usize) -> Vec<u8> {
+        d.ma.get(BIG_BUF, BIG_BUF_ADDR + i * MIB8 as u64, len)
+    }
+
+    /// What the peer does at one tick.
+    pub enum Act {
+        /// Send the next response of its queue (or nothing if it has none), unless `drop`
+        /// says the network loses it.
+        Serve,
+        /// Send this packet instead (the peer's queue stands still).
+        Send(Vec<u8>),
+        /// Send nothing.
+        Silent,
+    }
+
+    /// Runs A against the serial peer until A completed `n` READs, or its QP failed, or
+    /// `limit` of virtual time passed. `act(n)` decides tick `n`; `lose(k, pkt)` whether the
+    /// `k`th served response is lost. Returns the virtual time used.
+    pub fn run(
+        d: &mut Duo,
+        n: usize,
+        limit: Duration,
+        mut act: impl FnMut(u64) -> Act,
+        mut lose: impl FnMut(u64, &[u8]) -> bool,
+    ) -> Duration {
+        let start = d.now;
+        let mut requests: VecDeque<Vec<u8>> = VecDeque::new();
+        let mut responses: VecDeque<Vec<u8>> = VecDeque::new();
+        let mut served = 0u64;
+        let mut tick = 0u64;
+        while d.a_send.len() < n && d.a.state() == QpState::Rts && d.now - start < limit {
+            requests.extend(d.tx_a());
+            match act(tick) {
+                Act::Serve => {
+                    // One request at a time: the next only once the last response is out.
+                    while responses.is_empty()
+                        && let Some(r) = requests.pop_front()
+                    {
+                        d.deliver_b(&[r]);
+                        responses.extend(d.tx_b());
+                    }
+                    if let Some(p) = responses.pop_front() {
+                        served += 1;
+                        if !lose(served, &p) {
+                            d.deliver_a(&[p]);
+                        }
+                    }
+                }
+                Act::Send(p) => d.deliver_a(&[p]),
+                Act::Silent => {}
+            }
+            d.advance(TICK);
+            tick += 1;
+        }
+        d.now - start
+    }
+}
+
+/// softroce issue 14/15, found against kernel rxe (`softroce perf read-bw -a` against
+/// `ib_read_bw`, 8 MiB READs, ~1 MB/s under TCG): one response of READ 1 is lost; rxe streams
+/// the rest of READ 1 and every READ already queued before it gets to the re-request, and
+/// replays each duplicate READ in full. That backlog takes seconds at 1 MB/s, far beyond a
+/// fixed 32 timeouts (2.1 s at 67 ms): the requester used to give up with `RETRY_EXC_ERR`
+/// while the peer worked flat out. As long as responses keep coming within what the peer can
+/// owe, the timer waits for it; every READ completes with its data intact.
+#[test]
+fn a_serial_peer_with_seconds_of_backlog_is_waited_for() {
+    use serial_peer::*;
+    // An early response of READ 1 (a backlog of the rest of READ 1), and one near its end
+    // (READ 2 is then already asked for: the backlog holds both).
+    for lost_at in [10u64, 8100] {
+        let (mut d, data) = five_big_reads(7);
+        let mut lost = false;
+        let took = run(
+            &mut d,
+            READS as usize,
+            Duration::from_secs(600),
+            |_| Act::Serve,
+            |k, _| {
+                let hit = k == lost_at && !lost;
+                lost |= hit;
+                hit
+            },
+        );
+        assert!(lost);
+        assert_eq!(
+            d.a_send.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+            (1..=READS).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>(),
+            "response {lost_at} lost: {:?} after {took:?}",
+            d.a.counters()
+        );
+        assert!(took > RIG_RTO * 32, "the backlog outlasted the old fixed patience ({took:?})");
+        for i in 0..READS {
+            assert!(landed(&d, i, MIB8) == data, "READ {} landed intact", i + 1);
+        }
+        assert_eq!(d.a.counters().retry_exceeded_err, 0);
+    }
+}
+
+/// The patience ends: a peer that goes silent after losing a response fails the READ after
+/// the retries (retry_cnt + 1 timeouts, no deferral without responses).
+#[test]
+fn a_serial_peer_that_goes_silent_ends_in_retry_exceeded() {
+    use serial_peer::*;
+    let (mut d, _) = five_big_reads(7);
+    // Twenty more responses after the lost one, then nothing at all.
+    let took = run(
+        &mut d,
+        READS as usize,
+        Duration::from_secs(600),
+        |t| if t >= 30 { Act::Silent } else { Act::Serve },
+        |k, _| k == 10,
+    );
+    assert_eq!(d.a.state(), QpState::Err);
+    assert_eq!(d.a_send[0].status, WcStatus::RetryExcErr);
+    assert!(took < RIG_RTO * 10, "gave up after {took:?}");
+}
+
+/// The patience ends: a peer that keeps sending responses but never gets anywhere (here it
+/// cycles through READ 1's responses beyond the lost one, forever, and serves no request
+/// again) fails the READ once it has sent more than it could possibly owe: at most
+/// (retry_cnt + 2) × the PSNs outstanding, then the retries run out as usual.
+#[test]
+fn a_peer_that_only_sends_useless_responses_ends_in_retry_exceeded() {
+    use serial_peer::*;
+    let (mut d, _) = five_big_reads(7);
+    // The first 8191 responses of READ 1, in order.
+    let read1 = std::cell::RefCell::new(Vec::<Vec<u8>>::new());
+    let took = run(
+        &mut d,
+        READS as usize,
+        Duration::from_secs(3600),
+        |t| {
+            let r = read1.borrow();
+            if r.len() < 8191 {
+                Act::Serve
+            } else {
+                // Responses 12..=8011 of READ 1, round and round: all beyond the lost one.
+                Act::Send(r[11 + (t as usize % 8000)].clone())
+            }
+        },
+        |k, p| {
+            let mut r = read1.borrow_mut();
+            if r.len() < 8191 {
+                r.push(p.to_vec());
+            }
+            k == 10
+        },
+    );
+    assert_eq!(d.a.state(), QpState::Err);
+    assert_eq!(d.a_send[0].status, WcStatus::RetryExcErr);
+    // Outstanding: READ 1 and at most the window beyond it.
+    let owed_bound = TICK * (9 * (8192 + 256));
+    assert!(took < owed_bound + RIG_RTO * 8 + Duration::from_secs(9), "gave up after {took:?}");
+}
+
+/// The older mechanism (stale duplicates) at the same scale: the peer stalls before the first
+/// response of an 8 MiB READ, the timer and the probes ask for it again meanwhile, and the
+/// peer answers the READ and then every duplicate of it in full, before it gets to READ 2 (one
+/// packet). Only READ 2 is outstanding while those stale replays stream for seconds: they
+/// defer the timer because they are replays we asked for, not by what is outstanding.
+#[test]
+fn replays_of_a_big_read_that_completed_are_waited_for() {
+    use serial_peer::*;
+    let (mut d, data) = reads(&[MIB8 as u32, 100], 7);
+    let took = run(
+        &mut d,
+        2,
+        Duration::from_secs(600),
+        |t| if t < 150 { Act::Silent } else { Act::Serve },
+        |_, _| false,
+    );
+    assert_eq!(
+        d.a_send.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (2, WcStatus::Success)],
+        "after {took:?}: {:?}",
+        d.a.counters()
+    );
+    assert!(took > RIG_RTO * 32, "the replays outlasted the old fixed patience ({took:?})");
+    assert!(landed(&d, 0, MIB8) == data);
+    assert_eq!(landed(&d, 1, 100), data[..100]);
+}

@@ -31,7 +31,8 @@ enum CompSt {
     Exit,
 }
 
-/// How many local ACK timeouts stale responses may defer a retry by (see `run_completer`).
+/// How many local ACK timeouts stale responses may defer a retry by at least, whatever the
+/// peer can still owe (see `run_completer`).
 const BUSY_PATIENCE: u32 = 32;
 
 impl Qp {
@@ -40,6 +41,28 @@ impl Qp {
     fn fully_sent(&self, w: &super::qp::SendWqe) -> bool {
         w.state == WqeState::Pending
             || (w.state == WqeState::Processing && w.last_psn.is_before(self.req.max_psn))
+    }
+
+    /// How many stale or early responses may defer the local ACK timer between two steps of
+    /// progress: the most a correct peer can still owe us. Every response answers one PSN we
+    /// sent and not yet saw acknowledged (`max_psn - comp.psn`; a READ's PSNs are its response
+    /// packets), once for the first transmission and once more for each go-back-N retry,
+    /// which a peer like rxe replays in full; the retry budget allows `retry_cnt` of those
+    /// (one more for replays still queued from before the last progress). A peer that sends
+    /// more than that without progress is not working through a backlog.
+    fn busy_budget(&self) -> u64 {
+        let outstanding = u64::from(self.req.max_psn.distance_from(self.comp.psn));
+        outstanding.saturating_mul(u64::from(self.attr.retry_cnt) + 2)
+    }
+
+    /// The requester asks again for everything from the oldest unacknowledged PSN: the peer
+    /// may answer all of it once more, as stale responses if the first answers get through.
+    /// Bounded without drift (lost replays are never seen): the count grows only up to
+    /// `retry_cnt + 1` times what is outstanding now, or stays where it is if above that.
+    pub(crate) fn note_replay_requested(&mut self) {
+        let outstanding = u64::from(self.req.max_psn.distance_from(self.comp.psn));
+        let cap = outstanding.saturating_mul(u64::from(self.attr.retry_cnt) + 1).max(self.comp.replays_owed);
+        self.comp.replays_owed = self.comp.replays_owed.saturating_add(outstanding).min(cap);
     }
 
     fn reset_retry_counters(&mut self) {
@@ -98,6 +121,8 @@ impl Qp {
         // A stale or early response (a duplicate of something already acknowledged, or a READ
         // response beyond a gap): the peer is alive and working through its queue.
         let mut peer_busy = false;
+        // A duplicate of something already acknowledged (a replay, if we asked again).
+        let mut stale = false;
         // A retransmission started here: the PSNs a NAK acknowledges do not grow the window.
         let mut loss_seen = false;
         loop {
@@ -149,6 +174,7 @@ impl Qp {
                             CompSt::CompAck
                         } else {
                             peer_busy = true;
+                            stale = true;
                             CompSt::Done
                         }
                     } else if psn.is_after(self.comp.psn) && w.wr.op.is_read_or_atomic() {
@@ -324,10 +350,17 @@ impl Qp {
         // A peer that still sends stale responses is busy, not gone (kernel rxe answers a QP's
         // requests one at a time and replays every duplicate READ in full): retrying now would
         // only queue behind them, so the timer restarts, though the retry budget does not.
-        // The patience is bounded (a peer that replays stale responses forever must not keep
-        // a request from ever failing): at most BUSY_PATIENCE timeouts without progress.
+        // The patience scales with the peer's backlog: each such response proves the peer
+        // alive and working, and the timer keeps deferring while they come (at least one per
+        // timeout) and number no more than the peer can still owe (`busy_budget`), or for
+        // BUSY_PATIENCE timeouts, whichever is longer; stale responses also while they number
+        // no more than the replays we asked for (`note_replay_requested`). A peer that goes
+        // quiet defers nothing;
+        // one that sends useless responses forever exhausts the budget, and then the retries
+        // run out as usual (RETRY_EXC_ERR).
         if progressed {
             self.comp.busy_since = None;
+            self.comp.busy_seen = 0;
             self.recovery.backoff = 0;
             if !loss_seen {
                 let acked = self.comp.psn.distance_from(psn_before);
@@ -343,11 +376,22 @@ impl Qp {
             // Stale responses: the peer is working through its queue; no probe meanwhile.
             self.arm_probe(now);
         }
+        if peer_busy && !progressed {
+            self.comp.busy_seen = self.comp.busy_seen.saturating_add(1);
+        }
+        let within_budget = self.comp.busy_seen <= self.busy_budget();
+        // A stale response we asked for (a replay of a rewound request) defers on its own:
+        // the budget above is for what is outstanding now, the replays of a large READ that
+        // just completed can outnumber it by far.
+        let replay = stale && self.comp.replays_owed > 0;
+        if stale {
+            self.comp.replays_owed -= u64::from(replay);
+        }
         let deferred = peer_busy
             && self.retransmit_at.is_some()
             && self.retransmit_interval().is_some_and(|rto| {
                 let since = *self.comp.busy_since.get_or_insert(now);
-                now - since < rto * BUSY_PATIENCE
+                within_budget || replay || now - since < rto * BUSY_PATIENCE
             });
         if progressed || timer_lapsed || deferred {
             self.rearm_retransmit(now);

@@ -466,6 +466,14 @@ pub(crate) struct CompState {
     pub started_retry: bool,
     /// Since when stale responses have been deferring the local ACK timer without progress.
     pub busy_since: Option<Time>,
+    /// Stale or early responses received since the last progress (the peer's evidence of
+    /// being busy; see `Qp::busy_budget`).
+    pub busy_seen: u64,
+    /// Stale responses the peer may still send: the PSNs outstanding at each go-back-N
+    /// rewind or tail probe (a peer like rxe replays every duplicate READ in full), less the
+    /// stale responses seen since; at most `retry_cnt + 1` times the most outstanding at a
+    /// rewind (see `Qp::note_replay_requested`).
+    pub replays_owed: u64,
 }
 
 /// The default least probe interval ([`QpTuning::probe_min`]).
@@ -1344,6 +1352,7 @@ impl Qp {
             return;
         }
         self.req.tail_probe_due = true;
+        self.note_replay_requested();
     }
 
     /// The tail probe (softroce's own, after TCP's tail loss probe): when nothing has been

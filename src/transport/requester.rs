@@ -321,6 +321,7 @@ impl Qp {
     /// with Middle/Last packets, a READ asks only for the data not yet received); every later
     /// one is resent from the start with the same PSNs.
     pub(crate) fn req_retry(&mut self) {
+        self.note_replay_requested();
         let mtu = self.mtu();
         let comp_psn = self.comp.psn;
         self.req.wqe_index = 0;
