@@ -79,16 +79,27 @@ pub(crate) struct UdpBackend {
     inode: Option<u64>,
     /// The receive buffer the kernel granted.
     rcvbuf: Option<usize>,
+    /// Send sockets are bound with `SO_REUSEPORT` (the engines of one device share source
+    /// ports).
+    reuse_senders: bool,
     /// The socket's kernel drop count as last added to `rx.socket_drops` (several engines'
     /// sockets add up there).
     drops_seen: u64,
 }
 
 fn bind(addr: SocketAddr) -> io::Result<socket2::Socket> {
+    bind_with(addr, false)
+}
+
+/// Binds a UDP socket to `addr`, with `SO_REUSEPORT` when `reuse_port`.
+fn bind_with(addr: SocketAddr, reuse_port: bool) -> io::Result<socket2::Socket> {
     let domain = if addr.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 };
     let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
     if addr.is_ipv6() {
         s.set_only_v6(true)?;
+    }
+    if reuse_port {
+        s.set_reuse_port(true)?;
     }
     s.bind(&addr.into())?;
     Ok(s)
@@ -152,17 +163,21 @@ impl UdpBackend {
         let addr = SocketAddr::new(ip, bound);
         let mut socks = Vec::with_capacity(n);
         for _ in 0..n {
-            let domain = if ip.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 };
-            let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
-            if ip.is_ipv6() {
-                s.set_only_v6(true)?;
-            }
-            s.set_reuse_port(true)?;
-            s.bind(&addr.into())?;
-            socks.push(s);
+            socks.push(bind_with(addr, true)?);
         }
         attach_steering(&socks[0], n as u32)?;
-        socks.into_iter().map(|s| UdpBackend::from_socket(s, ip, port, gso, rx.clone())).collect()
+        let mut group = Vec::with_capacity(n);
+        for s in socks {
+            let mut b = UdpBackend::from_socket(s, ip, port, gso, rx.clone())?;
+            // Two QPs of the device on different engines may send from the same source port
+            // (an RC pair connected to each other always does: the port hashes both QPNs):
+            // each engine binds its own send socket to it. Without SO_REUSEPORT the second
+            // bind fails, and a packet sent from 4791 instead would not match the ICRC
+            // computed over its UDP header.
+            b.reuse_senders = true;
+            group.push(b);
+        }
+        Ok(group)
     }
 
     /// A backend on bound socket `s` (`port`: the device's port, what packets are sent to).
@@ -193,6 +208,7 @@ impl UdpBackend {
             rx,
             inode,
             rcvbuf,
+            reuse_senders: false,
             drops_seen: 0,
         })
     }
@@ -207,10 +223,10 @@ impl UdpBackend {
                 self.senders.remove(&p);
             }
         }
-        let ip = self.ip;
+        let (ip, reuse) = (self.ip, self.reuse_senders);
         let entry = self.senders.entry(port).or_insert_with(|| Sender {
             sock: (|| {
-                let s = bind(SocketAddr::new(ip, port)).ok()?;
+                let s = bind_with(SocketAddr::new(ip, port), reuse).ok()?;
                 let _ = s.set_send_buffer_size(8 << 20);
                 let _ = s.set_recv_buffer_size(4096);
                 let sock: UdpSocket = s.into();
