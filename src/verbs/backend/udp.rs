@@ -385,6 +385,42 @@ mod tests {
     }
 
     #[test]
+    fn the_kernel_steers_each_packet_to_the_socket_of_its_dest_qp() {
+        // Three sockets on one address: a datagram whose BTH names DestQP q reaches socket
+        // q % 3, whatever the source; a datagram too short for the program reaches socket 0.
+        let rx = Arc::new(RxCounters::default());
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let group = UdpBackend::group(ip, 0, false, rx, 3).unwrap();
+        let port = group[0].sock.local_addr().unwrap().port();
+        assert!(group.iter().all(|b| b.sock.local_addr().unwrap().port() == port));
+        let from = [UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap()];
+        let qpns = [0x11u32, 0x12, 0x13, 0x14, 0xff_fffe, 0x80_0000, 1, 0x1234];
+        for (k, q) in qpns.iter().enumerate() {
+            let mut bth = [0u8; 12];
+            bth[0] = 0x04; // RC SEND Only
+            bth[4] = 0xab; // the reserved byte before DestQP must not count
+            bth[5..8].copy_from_slice(&q.to_be_bytes()[1..]);
+            from[k % 2].send_to(&bth, (ip, port)).unwrap();
+        }
+        from[0].send_to(&[1, 2, 3], (ip, port)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        for (i, b) in group.iter().enumerate() {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 64];
+            while let Ok((n, _)) = b.sock.recv_from(&mut buf) {
+                got.push(if n >= 8 { u32::from_be_bytes([0, buf[5], buf[6], buf[7]]) } else { u32::MAX });
+            }
+            let mut want: Vec<u32> = qpns.iter().copied().filter(|q| *q as usize % 3 == i).collect();
+            if i == 0 {
+                want.push(u32::MAX);
+            }
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got, want, "socket {i}");
+        }
+    }
+
+    #[test]
     fn a_bound_socket_is_found_with_no_drops() {
         let s = bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let inode = socket_inode(&s).unwrap();
