@@ -549,8 +549,10 @@ impl Core {
             }
         }
         link.rcvd.fetch_add(got as u64, Ordering::Relaxed);
-        // What the other engines received for this one's QPs.
-        while let Some(f) = link.inbox.pop() {
+        // What the other engines received for this one's QPs (at most a queue's worth per
+        // turn, however fast they keep passing packets on).
+        for _ in 0..MAX_FORWARDED {
+            let Some(f) = link.inbox.pop() else { break };
             got += 1;
             let d = Datagram {
                 payload: &f.payload,
