@@ -41,6 +41,17 @@
 //! cargo bench --bench throughput -- qps 2000 --json     # 2000 QPs, plus one JSON line
 //! ```
 //!
+//! Many busy QPs over several engine threads (`engines`): two devices in this process on
+//! loopback, `n` RC QP pairs (8 by default) sharing one CQ per side, every QP kept busy
+//! (WRITE 64 KiB, 16 in flight per QP; SEND 64 B, 64 in flight per QP); each run once with
+//! one engine thread per device and once with two (`DeviceConfig::engine_threads`), and the
+//! ratio of the two in the same invocation.
+//!
+//! ```text
+//! cargo bench --bench throughput -- engines          # 8 QPs, 2 s per run
+//! cargo bench --bench throughput -- engines 3 16     # 16 QPs, 3 s per run
+//! ```
+//!
 //! The server side of each runs in a child process (this binary, re-executed).
 
 use std::io::{BufRead, BufReader, Write};
@@ -66,6 +77,12 @@ fn main() {
     }
     if std::env::args().any(|a| a == "lat") {
         latency(json);
+        return;
+    }
+    if std::env::args().any(|a| a == "engines") {
+        let nums: Vec<f64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+        let nqps = nums.get(1).map_or(8, |&n| n as usize);
+        engines(Duration::from_secs_f64(secs), nqps);
         return;
     }
     // `cargo bench --bench throughput -- rc` runs only the softroce part (for profiling);
@@ -497,6 +514,129 @@ fn rc_bench(kind: &str, size: usize, d: Duration, backend: &str) -> (f64, f64) {
     let msgs = (done - counted) as f64;
     drop(child.stdin.take());
     child.wait().unwrap();
+    (msgs * size as f64 / secs, msgs / secs)
+}
+
+/// The `engines` rows: many busy QPs with one and with two engine threads per device.
+fn engines(d: Duration, nqps: usize) {
+    println!(
+        "softroce, {nqps} RC QP pairs between two devices in one process on loopback, {} s per run ({} cores)",
+        d.as_secs_f64(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!();
+    println!("{:<38} {:>12} {:>12}", "run", "Gb/s", "Mmsg/s");
+    let mut results = Vec::new();
+    for (kind, size) in [("write", 65536), ("send", 64)] {
+        let mut by_engines = Vec::new();
+        for engines in [1, 2] {
+            let r = many_qps(kind, size, nqps, engines, d);
+            let label = if kind == "write" { "write 64 KiB" } else { "send 64 B" };
+            println!(
+                "{:<38} {:>12.2} {:>12.3}",
+                format!("{label}, {nqps} QPs, {engines} engine(s)"),
+                r.0 * 8.0 / 1e9,
+                r.1 / 1e6
+            );
+            by_engines.push(r);
+        }
+        results.push((kind, by_engines[1].1 / by_engines[0].1));
+    }
+    println!();
+    println!("ratios (same invocation), 2 engines / 1 engine:");
+    for (kind, r) in results {
+        println!("  {kind:<6} {r:>6.2}  (messages per second)");
+    }
+}
+
+/// `nqps` RC QP pairs between two devices with `engines` engine threads each, every QP kept
+/// busy with `kind` (`write` or `send`) of `size` bytes for `d`; returns (bytes/s, msgs/s).
+fn many_qps(kind: &str, size: usize, nqps: usize, engines: usize, d: Duration) -> (f64, f64) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let open = |k: usize| {
+        let cfg = DeviceConfig::new(format!("127.0.79.{}", 10 * engines + k)).with_engine_threads(engines);
+        Device::open(cfg).unwrap()
+    };
+    let (da, db) = (open(1), open(2));
+    let (pa, pb) = (da.alloc_pd().unwrap(), db.alloc_pd().unwrap());
+    let (ca, cb) = (da.create_cq(65536).unwrap(), db.create_cq(65536).unwrap());
+    let ma = pa.alloc_mr(size.max(64), Access::LOCAL_WRITE).unwrap();
+    let mb = pb.alloc_mr(size.max(64), Access::ALL).unwrap();
+    let depth: u64 = if kind == "write" { 16 } else { 64 };
+    let caps =
+        QpCaps { max_send_wr: 256, max_recv_wr: 1024, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let mut qas = Vec::new();
+    let mut qbs = Vec::new();
+    for _ in 0..nqps {
+        let qa = pa.create_qp(&QpInitAttr { cap: caps, ..QpInitAttr::rc(&ca, &ca) }).unwrap();
+        let qb = pb.create_qp(&QpInitAttr { cap: caps, ..QpInitAttr::rc(&cb, &cb) }).unwrap();
+        connect(&da, &qa, qb.qp_num(), Psn::new(0x2000), &db.ip().to_string(), Psn::new(0x1000));
+        connect(&db, &qb, qa.qp_num(), Psn::new(0x1000), &da.ip().to_string(), Psn::new(0x2000));
+        if kind == "send" {
+            for k in 0..1024 {
+                qb.post_recv(RecvWr::new(k, &[mb.sge(0, 64)])).unwrap();
+            }
+        }
+        qas.push(qa);
+        qbs.push(qb);
+    }
+    let qbs = Arc::new(qbs);
+    let stop = Arc::new(AtomicBool::new(false));
+    let remote = RemoteAddr { addr: mb.addr(), rkey: mb.rkey() };
+    // The receiving side gives each completed receive back to its QP.
+    let server = {
+        let (qbs, stop, cb, mb) = (qbs.clone(), stop.clone(), cb, mb);
+        std::thread::spawn(move || {
+            let mut wcs = vec![WorkCompletion::default(); 256];
+            while !stop.load(Ordering::SeqCst) {
+                let n = cb.poll_wait(&mut wcs, Duration::from_millis(20)).unwrap_or(0);
+                for wc in &wcs[..n] {
+                    if let Some(qb) = qbs.iter().find(|q| q.qp_num() == wc.qp_num) {
+                        qb.post_recv(RecvWr::new(0, &[mb.sge(0, 64)])).unwrap();
+                    }
+                }
+            }
+        })
+    };
+    let (mut posted, mut done) = (vec![0u64; nqps], vec![0u64; nqps]);
+    let mut wcs = vec![WorkCompletion::default(); 256];
+    let mut start = Instant::now();
+    let mut counted = 0u64;
+    let warmup = Duration::from_millis(300);
+    let mut warm = false;
+    loop {
+        for (i, qa) in qas.iter().enumerate() {
+            while posted[i] - done[i] < depth {
+                let op = if kind == "write" { SendOp::RdmaWrite(remote) } else { SendOp::Send };
+                let mut wr = SendWr::new((i as u64) << 40 | posted[i], op, &[ma.sge(0, size as u32)]);
+                wr.signaled = posted[i] % 16 == 15;
+                qa.post_send(wr).unwrap();
+                posted[i] += 1;
+            }
+        }
+        let n = ca.poll(&mut wcs).unwrap();
+        for wc in &wcs[..n] {
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            let i = (wc.wr_id >> 40) as usize;
+            done[i] = (wc.wr_id & ((1 << 40) - 1)) + 1;
+        }
+        if !warm && start.elapsed() > warmup {
+            warm = true;
+            start = Instant::now();
+            counted = done.iter().sum();
+        }
+        if warm && start.elapsed() > d {
+            break;
+        }
+        if n == 0 {
+            let _ = ca.wait(Duration::from_millis(1));
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let msgs = (done.iter().sum::<u64>() - counted) as f64;
+    stop.store(true, Ordering::SeqCst);
+    server.join().unwrap();
     (msgs * size as f64 / secs, msgs / secs)
 }
 

@@ -158,8 +158,14 @@ impl CompletionQueue {
         if cqe == 0 || cqe as u64 > max {
             return Err(Error::Limit { what: "max_cqe", max });
         }
+        let dev = &self.device.shared;
+        // Every engine first runs what was posted to its QPs; then one resizes.
+        for idx in 1..dev.engines.len() {
+            let cq = self.shared.clone();
+            dev.call_on(idx, |reply| super::engine::Command::ResizeCq { cq, cqe: None, reply })??;
+        }
         let cq = self.shared.clone();
-        self.device.shared.call(|reply| super::engine::Command::ResizeCq { cq, cqe, reply })?
+        dev.call_on(0, |reply| super::engine::Command::ResizeCq { cq, cqe: Some(cqe), reply })?
     }
 
     /// `ibv_poll_cq`: moves up to `out.len()` completions into `out` without blocking;

@@ -87,7 +87,28 @@ pub struct DeviceConfig {
     /// without the target's application), and it sleeps rather than spin while an
     /// application polls. Off, every packet goes through the engine thread.
     pub inline_progress: bool,
+    /// Progress engine threads (1 by default; `SOFTROCE_ENGINE_THREADS` sets the default for
+    /// every device the process opens). With `n > 1` the device runs `n` engines, each a
+    /// thread with its own QPs and its own UDP socket on `<address>:<port>` (`SO_REUSEPORT`);
+    /// the kernel steers each arriving packet to the socket of the engine that owns its
+    /// destination QP (QP number modulo `n`) with a classic BPF program, so a process with
+    /// many QPs can use as many cores. The IB CM (QP1) runs on engine `1 % n`; a QP that uses
+    /// an SRQ gets a number on the SRQ's engine. Only the UDP backend steers packets: the raw
+    /// and in-memory backends run one engine whatever this says (with a logged warning).
+    pub engine_threads: usize,
 }
+
+/// The default number of engine threads: `SOFTROCE_ENGINE_THREADS` (1 to
+/// [`MAX_ENGINE_THREADS`]), else 1.
+fn default_engine_threads() -> usize {
+    std::env::var("SOFTROCE_ENGINE_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map_or(1, |n| n.clamp(1, MAX_ENGINE_THREADS))
+}
+
+/// The most engine threads a device runs ([`DeviceConfig::engine_threads`] is capped to it).
+pub const MAX_ENGINE_THREADS: usize = 64;
 
 /// Whether inline progress is on by default: off until it has run the interop matrix against
 /// kernel rxe; `SOFTROCE_INLINE_PROGRESS=1` turns it on (and `=0` off) for the process.
@@ -107,7 +128,12 @@ impl DeviceConfig {
             gso: true,
             ecn: false,
             inline_progress: default_inline_progress(),
+            engine_threads: default_engine_threads(),
         }
+    }
+    /// The same with `n` engine threads (see [`DeviceConfig::engine_threads`]).
+    pub fn with_engine_threads(self, n: usize) -> DeviceConfig {
+        DeviceConfig { engine_threads: n, ..self }
     }
     /// The same with another backend.
     pub fn with_backend(self, backend: BackendKind) -> DeviceConfig {
@@ -229,6 +255,56 @@ pub(crate) struct RxCounters {
     pub mad_bad_pkey: AtomicU64,
     pub mad_bad_qkey: AtomicU64,
     pub mad_no_route: AtomicU64,
+    /// Packets an engine received on its socket for a QP of another engine, and passed on.
+    pub forwarded: AtomicU64,
+    /// Packets dropped because the owning engine's forward queue was full.
+    pub forward_dropped: AtomicU64,
+}
+
+/// A packet an engine received for a QP another engine owns (the kernel's steering puts
+/// each packet on the right socket; a GRO super-packet whose segments are for QPs of two
+/// engines, or a socket that joined the group from elsewhere, can still land one wrong).
+pub(crate) struct Forwarded {
+    pub payload: Vec<u8>,
+    pub src: std::net::SocketAddr,
+    pub dst: IpAddr,
+    pub dst_port: u16,
+    pub ecn: u8,
+    pub ip_header: Option<Vec<u8>>,
+}
+
+/// Most packets waiting in an engine's forward queue; more are dropped (and counted).
+pub(crate) const MAX_FORWARDED: usize = 4096;
+
+/// What application threads and the other engines share with one engine thread.
+pub(crate) struct EngineLink {
+    pub cmd_tx: Sender<Command>,
+    pub waker: Arc<mio::Waker>,
+    pub sleeping: AtomicBool,
+    /// QPs (and SRQs, tagged) with newly posted work.
+    pub posted: SegQueue<u32>,
+    /// Packets other engines received for this engine's QPs.
+    pub inbox: SegQueue<Forwarded>,
+    /// When an application thread last made progress inline on this engine (engine-clock
+    /// ns; 0: never).
+    pub inline_at: AtomicU64,
+    /// The deadline the sleeping engine thread will wake at (engine-clock ns; `u64::MAX`:
+    /// none): an application thread that arms an earlier timer wakes it.
+    pub engine_deadline: AtomicU64,
+    /// Datagrams this engine read from its own socket.
+    pub rcvd: AtomicU64,
+    /// This engine's counters as of its last publication (for the counters file).
+    pub snapshot: Mutex<DeviceCounters>,
+}
+
+impl EngineLink {
+    /// Tells the engine a QP (or tagged SRQ) has new work; wakes it if it sleeps.
+    pub(crate) fn schedule(&self, qpn: u32) {
+        self.posted.push(qpn);
+        if self.sleeping.load(Ordering::SeqCst) {
+            let _ = self.waker.wake();
+        }
+    }
 }
 
 /// A receiver of asynchronous events ([`Device::on_async_event`]).
@@ -269,10 +345,8 @@ pub(crate) struct DeviceShared {
     pub port: PortAttr,
     pub attr: DeviceAttr,
     pub mrs: RwLock<MrTable>,
-    pub cmd_tx: Sender<Command>,
-    pub waker: Arc<mio::Waker>,
-    pub sleeping: AtomicBool,
-    pub posted: SegQueue<u32>,
+    /// The engines, by index: QP `q` lives on engine `q % engines.len()`.
+    pub engines: Vec<EngineLink>,
     pub events: SegQueue<AsyncEvent>,
     /// Where asynchronous events go instead of `events` ([`Device::on_async_event`]).
     pub event_hook: RwLock<Option<AsyncEventHook>>,
@@ -300,11 +374,6 @@ pub(crate) struct DeviceShared {
     pub rdma_cm: Mutex<super::cm::id::DevCm>,
     /// Time zero of the engine's clock.
     pub epoch: std::time::Instant,
-    /// When an application thread last made progress inline (engine-clock ns; 0: never).
-    pub inline_at: AtomicU64,
-    /// The deadline the sleeping engine thread will wake at (engine-clock ns; `u64::MAX`:
-    /// none): an application thread that arms an earlier timer wakes it.
-    pub engine_deadline: AtomicU64,
     /// [`DeviceConfig::spin`]: also how long [`super::CompletionQueue::wait`] polls before
     /// it sleeps.
     pub spin: std::time::Duration,
@@ -328,24 +397,35 @@ impl DeviceShared {
         }
     }
 
-    /// Whether an application thread made progress inline within [`INLINE_BUSY_NS`] of `now`.
-    pub(crate) fn inline_recently(&self, now: crate::transport::Time) -> bool {
-        let at = self.inline_at.load(Ordering::Relaxed);
+    /// Whether an application thread made progress inline on engine `idx` within
+    /// [`INLINE_BUSY_NS`] of `now`.
+    pub(crate) fn inline_recently(&self, idx: usize, now: crate::transport::Time) -> bool {
+        let at = self.engines[idx].inline_at.load(Ordering::Relaxed);
         at != 0 && now.as_nanos().saturating_sub(at) < INLINE_BUSY_NS
     }
 
-    /// Tells the engine a QP has new work; wakes it if it sleeps.
-    pub(crate) fn schedule(&self, qpn: u32) {
-        self.posted.push(qpn);
-        if self.sleeping.load(Ordering::SeqCst) {
-            let _ = self.waker.wake();
-        }
+    /// The engine that owns QP (or SRQ) number `n`: `n % engines`, exactly what the
+    /// kernel-side steering program computes from a packet's destination QP.
+    pub(crate) fn engine_of(&self, n: u32) -> usize {
+        (n & 0xff_ffff) as usize % self.engines.len()
     }
 
-    /// Sends a command to the engine without waiting for an answer.
+    /// The engine that runs the IB CM: the owner of QP1, where its MADs arrive.
+    pub(crate) fn cm_engine(&self) -> usize {
+        self.engine_of(1)
+    }
+
+    /// Tells the owning engine a QP has new work (an SRQ: `SRQ_TAG | srqn`); wakes it if it
+    /// sleeps.
+    pub(crate) fn schedule(&self, qpn: u32) {
+        self.engines[self.engine_of(qpn)].schedule(qpn);
+    }
+
+    /// Sends a command to the IB CM's engine without waiting for an answer.
     pub(crate) fn post(&self, cmd: Command) {
-        if self.cmd_tx.send(cmd).is_ok() {
-            let _ = self.waker.wake();
+        let link = &self.engines[self.cm_engine()];
+        if link.cmd_tx.send(cmd).is_ok() {
+            let _ = link.waker.wake();
         }
     }
 
@@ -370,32 +450,47 @@ impl DeviceShared {
         self.post(Command::Cm(Box::new(f)));
     }
 
-    /// Sends a command to the engine and waits for the answer.
+    /// Sends a command to the IB CM's engine and waits for the answer.
     pub(crate) fn call<T>(&self, make: impl FnOnce(Sender<T>) -> Command) -> Result<T> {
+        self.call_on(self.cm_engine(), make)
+    }
+
+    /// Sends a command to the engine that owns QP (or SRQ) number `n` and waits for the
+    /// answer.
+    pub(crate) fn call_for<T>(&self, n: u32, make: impl FnOnce(Sender<T>) -> Command) -> Result<T> {
+        self.call_on(self.engine_of(n), make)
+    }
+
+    /// Sends a command to engine `idx` and waits for the answer.
+    pub(crate) fn call_on<T>(&self, idx: usize, make: impl FnOnce(Sender<T>) -> Command) -> Result<T> {
+        let link = &self.engines[idx];
         let (tx, rx) = crossbeam_channel::bounded(1);
-        self.cmd_tx.send(make(tx)).map_err(|_| Error::EngineGone)?;
-        let _ = self.waker.wake();
+        link.cmd_tx.send(make(tx)).map_err(|_| Error::EngineGone)?;
+        let _ = link.waker.wake();
         rx.recv().map_err(|_| Error::EngineGone)
     }
 }
 
 struct EngineHandle {
     shared: Arc<DeviceShared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-    /// The engine's state, for application threads' inline progress (`None`: off).
-    core: Option<Arc<Mutex<super::engine::Core>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The engines' state, by index, for application threads' inline progress (empty: off).
+    cores: Vec<Arc<Mutex<super::engine::Core>>>,
 }
 
 impl Drop for EngineHandle {
     fn drop(&mut self) {
-        let _ = self.shared.cmd_tx.send(Command::Shutdown);
-        let _ = self.shared.waker.wake();
-        if let Some(t) = self.thread.lock().take()
-            && t.thread().id() != std::thread::current().id()
-        {
-            // (The engine thread itself may drop the last handle, through an object it held
-            // for the application: it then stops on the Shutdown without joining itself.)
-            let _ = t.join();
+        for link in &self.shared.engines {
+            let _ = link.cmd_tx.send(Command::Shutdown);
+            let _ = link.waker.wake();
+        }
+        for t in self.threads.lock().drain(..) {
+            if t.thread().id() != std::thread::current().id() {
+                // (An engine thread itself may drop the last handle, through an object it
+                // held for the application: it then stops on the Shutdown without joining
+                // itself.)
+                let _ = t.join();
+            }
         }
     }
 }
@@ -654,7 +749,16 @@ impl Device {
         let info = DeviceInfo::query(&cfg)?;
         let ip = info.ip;
         let rx = Arc::new(RxCounters::default());
-        let backend: Box<dyn super::backend::Backend> = match &cfg.backend {
+        let mut threads = cfg.engine_threads.clamp(1, MAX_ENGINE_THREADS);
+        if threads > 1 && !matches!(cfg.backend, BackendKind::Udp) {
+            // Only UDP sockets are steered by the kernel (SO_ATTACH_REUSEPORT_CBPF).
+            tracing::warn!(
+                requested = threads,
+                "engine_threads > 1 needs the UDP backend; this device runs one engine thread"
+            );
+            threads = 1;
+        }
+        let backends: Vec<Box<dyn super::backend::Backend>> = match &cfg.backend {
             BackendKind::Raw => {
                 use super::backend::raw::{Link, OpenError, RawBackend};
                 let link = Link {
@@ -671,21 +775,46 @@ impl Device {
                             Error::RawSocket { netdev: info.port.netdev.clone(), source }
                         }
                     })?;
-                Box::new(b)
+                vec![Box::new(b)]
+            }
+            BackendKind::Udp if threads > 1 => {
+                super::backend::udp::UdpBackend::group(ip, cfg.port, cfg.gso, rx.clone(), threads)
+                    .map_err(|source| Error::Bind { addr: std::net::SocketAddr::new(ip, cfg.port), source })?
+                    .into_iter()
+                    .map(|b| Box::new(b) as Box<dyn super::backend::Backend>)
+                    .collect()
             }
             BackendKind::Udp => {
-                Box::new(super::backend::udp::UdpBackend::new(ip, cfg.port, cfg.gso, rx.clone()).map_err(
-                    |source| Error::Bind { addr: std::net::SocketAddr::new(ip, cfg.port), source },
-                )?)
+                vec![Box::new(
+                    super::backend::udp::UdpBackend::new(ip, cfg.port, cfg.gso, rx.clone()).map_err(
+                        |source| Error::Bind { addr: std::net::SocketAddr::new(ip, cfg.port), source },
+                    )?,
+                )]
             }
             BackendKind::Memory(net) => {
-                Box::new(super::backend::memory::MemoryBackend::new(net, ip, cfg.port))
+                vec![Box::new(super::backend::memory::MemoryBackend::new(net, ip, cfg.port))]
             }
         };
-        let recv_buffer = backend.recv_buffer_size();
-        let poll = mio::Poll::new()?;
-        let waker = Arc::new(mio::Waker::new(poll.registry(), super::engine::WAKE)?);
-        let (cmd_tx, cmd_rx): (Sender<Command>, Receiver<Command>) = crossbeam_channel::unbounded();
+        let recv_buffer = backends[0].recv_buffer_size();
+        let mut links = Vec::with_capacity(backends.len());
+        let mut ends = Vec::with_capacity(backends.len());
+        for _ in 0..backends.len() {
+            let poll = mio::Poll::new()?;
+            let waker = Arc::new(mio::Waker::new(poll.registry(), super::engine::WAKE)?);
+            let (cmd_tx, cmd_rx): (Sender<Command>, Receiver<Command>) = crossbeam_channel::unbounded();
+            links.push(EngineLink {
+                cmd_tx,
+                waker,
+                sleeping: AtomicBool::new(false),
+                posted: SegQueue::new(),
+                inbox: SegQueue::new(),
+                inline_at: AtomicU64::new(0),
+                engine_deadline: AtomicU64::new(u64::MAX),
+                rcvd: AtomicU64::new(0),
+                snapshot: Mutex::new(DeviceCounters::default()),
+            });
+            ends.push((poll, cmd_rx));
+        }
         let shared = Arc::new(DeviceShared {
             name: info.name,
             ip,
@@ -696,10 +825,7 @@ impl Device {
             port: info.port,
             attr: info.attr,
             mrs: RwLock::new(MrTable::default()),
-            cmd_tx,
-            waker,
-            sleeping: AtomicBool::new(false),
-            posted: SegQueue::new(),
+            engines: links,
             events: SegQueue::new(),
             event_hook: RwLock::new(None),
             rx,
@@ -716,22 +842,25 @@ impl Device {
             cm_sink: Mutex::new(None),
             rdma_cm: Mutex::new(Default::default()),
             epoch: std::time::Instant::now(),
-            inline_at: AtomicU64::new(0),
-            engine_deadline: AtomicU64::new(u64::MAX),
             spin: cfg.spin,
         });
-        let engine = Engine::new(shared.clone(), backend, poll, cmd_rx, cfg.spin)?;
-        let core = cfg.inline_progress.then(|| engine.core());
-        let thread =
-            std::thread::Builder::new().name(format!("softroce-{ip}")).spawn(move || engine.run())?;
-        let dev = Device {
-            _engine: Arc::new(EngineHandle {
-                shared: shared.clone(),
-                thread: Mutex::new(Some(thread)),
-                core,
-            }),
-            shared,
-        };
+        let stats = super::engine::StatsFile::shared(&shared);
+        let mut engines = Vec::with_capacity(backends.len());
+        for (idx, (backend, (poll, cmd_rx))) in backends.into_iter().zip(ends).enumerate() {
+            engines.push(Engine::new(shared.clone(), idx, backend, poll, cmd_rx, cfg.spin, stats.clone())?);
+        }
+        let cores = if cfg.inline_progress { engines.iter().map(|e| e.core()).collect() } else { Vec::new() };
+        let mut handle = EngineHandle { shared: shared.clone(), threads: Mutex::new(Vec::new()), cores };
+        let n = engines.len();
+        for (idx, engine) in engines.into_iter().enumerate() {
+            let name = if n == 1 { format!("softroce-{ip}") } else { format!("softroce-{ip}/{idx}") };
+            match std::thread::Builder::new().name(name).spawn(move || engine.run()) {
+                Ok(t) => handle.threads.get_mut().push(t),
+                // (Dropping the handle stops the engines already running.)
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let dev = Device { _engine: Arc::new(handle), shared };
         let _ = dev.shared.weak_self.set(dev.downgrade());
         super::cm::registry::register(&dev);
         Ok(dev)
@@ -747,8 +876,22 @@ impl Device {
     /// (when `recv`), what was posted and what is to send, and publishes the completions.
     /// Returns whether it ran; `false` at once when the device has inline progress off or
     /// another thread holds the engine's state.
+    /// With several engines, each engine not busy on another thread takes a turn.
     pub(crate) fn progress_inline(&self, recv: bool) -> bool {
-        let Some(core) = &self._engine.core else { return false };
+        let mut ran = false;
+        for core in &self._engine.cores {
+            if let Some(mut c) = core.try_lock() {
+                c.progress_inline(recv);
+                ran = true;
+            }
+        }
+        ran
+    }
+
+    /// Inline progress on the engine that owns QP `qpn` only (see
+    /// [`Device::progress_inline`]).
+    pub(crate) fn progress_inline_for(&self, qpn: u32, recv: bool) -> bool {
+        let Some(core) = self._engine.cores.get(self.shared.engine_of(qpn)) else { return false };
         match core.try_lock() {
             Some(mut c) => {
                 c.progress_inline(recv);
@@ -761,7 +904,20 @@ impl Device {
     /// Whether application threads that poll this device's CQs or post to its QPs make
     /// progress themselves ([`DeviceConfig::inline_progress`]).
     pub fn inline_progress(&self) -> bool {
-        self._engine.core.is_some()
+        !self._engine.cores.is_empty()
+    }
+
+    /// How many engine threads the device runs ([`DeviceConfig::engine_threads`]).
+    pub fn engine_threads(&self) -> usize {
+        self.shared.engines.len()
+    }
+
+    /// The datagrams each engine has read from its own socket so far, by engine index (QP
+    /// `q` lives on engine `q % engine_threads()`). With the kernel's steering every packet
+    /// arrives at its QP's engine; the few that do not are passed on and counted as
+    /// `rcvd_forwarded`.
+    pub fn engine_received(&self) -> Vec<u64> {
+        self.shared.engines.iter().map(|l| l.rcvd.load(Ordering::Relaxed)).collect()
     }
 
     /// Whether `other` is a handle to the same device.
@@ -888,7 +1044,13 @@ impl Device {
     }
     /// Counters summed over every QP, past and present, plus the receive path's own.
     pub fn counters(&self) -> Result<DeviceCounters> {
-        self.shared.call(Command::Counters)
+        let cm = self.shared.cm_engine();
+        let base = self.shared.call_on(cm, Command::Counters)?;
+        let mut others = Vec::with_capacity(self.shared.engines.len() - 1);
+        for idx in (0..self.shared.engines.len()).filter(|&i| i != cm) {
+            others.push(self.shared.call_on(idx, Command::Counters)?);
+        }
+        Ok(DeviceCounters::combine(base, others))
     }
 
     /// Waits until no packet has arrived for `quiet`, or `limit` has passed; returns whether
@@ -980,11 +1142,29 @@ pub struct DeviceCounters {
     pub rcvd_mad_bad_qkey: u64,
     /// QP1: MADs the CM sent to an address no device address can reach (not sent).
     pub send_mad_no_route: u64,
+    /// Packets an engine received for a QP of another engine of the device and passed on
+    /// ([`DeviceConfig::engine_threads`]; 0 with one engine).
+    pub rcvd_forwarded: u64,
+    /// Packets dropped because the owning engine had too many passed-on packets waiting.
+    pub rcvd_forward_dropped: u64,
     /// The IB CM's counters (messages, retries, duplicates, every drop and refusal).
     pub cm: crate::transport::cm::CmCounters,
 }
 
 impl DeviceCounters {
+    /// One device's counters from its engines' parts: the one part that carries the
+    /// device-wide counters (the IB CM's engine) plus every other engine's QP counters.
+    pub(crate) fn combine(
+        base: DeviceCounters,
+        others: impl IntoIterator<Item = DeviceCounters>,
+    ) -> DeviceCounters {
+        let mut total = base;
+        for p in others {
+            total.qp.add(&p.qp);
+        }
+        total
+    }
+
     /// Every counter as `(name, value)`.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         // One `send_err`, as rxe has: the QPs' failures (no route) and the backend's.
@@ -1008,6 +1188,8 @@ impl DeviceCounters {
             ("rcvd_mad_bad_pkey", self.rcvd_mad_bad_pkey),
             ("rcvd_mad_bad_qkey", self.rcvd_mad_bad_qkey),
             ("send_mad_no_route", self.send_mad_no_route),
+            ("rcvd_forwarded", self.rcvd_forwarded),
+            ("rcvd_forward_dropped", self.rcvd_forward_dropped),
         ])
     }
 }

@@ -9,6 +9,12 @@
 //! Nothing on that path allocates or takes a lock per packet: the memory-region table is
 //! read-locked once per batch, QPs are owned by the engine outright.
 //!
+//! A device may run several engines (`DeviceConfig::engine_threads`), each a thread with its
+//! own QPs (QP `q` on engine `q % n`), its own socket and this same loop; the kernel steers
+//! every packet to the socket of its QP's engine, so they share nothing on the fast path but
+//! the memory-region table's read lock and the completion queues. The IB CM lives on the
+//! engine that owns QP1.
+//!
 //! After activity the engine keeps polling for a short while (`DeviceConfig::spin`) before it
 //! sleeps in `epoll`, which trades a little CPU for latency.
 
@@ -24,7 +30,7 @@ use parking_lot::Mutex;
 
 use super::backend::{Backend, Datagram, Outgoing};
 use super::cq::CqShared;
-use super::device::{AsyncEvent, DeviceCounters, DeviceShared};
+use super::device::{AsyncEvent, DeviceCounters, DeviceShared, EngineLink, Forwarded, MAX_FORWARDED};
 use super::error::{Error, Result};
 use super::gid::{Gid, rc_udp_sport, ud_udp_sport};
 use super::mr::MrTable;
@@ -93,10 +99,11 @@ pub(crate) enum Command {
     /// Runs a closure on the device's IB CM endpoint (the RDMA CM layer's commands).
     Cm(Box<CmCommand>),
     /// Resize a CQ once the work already posted has run as far as it can locally (so a UD
-    /// send posted before the resize has its completion counted).
+    /// send posted before the resize has its completion counted); with `cqe` `None`, only
+    /// that (the other engines of a device with several, before one resizes).
     ResizeCq {
         cq: Arc<CqShared>,
-        cqe: usize,
+        cqe: Option<usize>,
         reply: Sender<Result<()>>,
     },
     Shutdown,
@@ -159,6 +166,8 @@ struct Slot {
 /// borrowed too.
 struct State {
     shared: Arc<DeviceShared>,
+    /// This engine's index among the device's engines.
+    idx: usize,
     id_solver: icrc::Ipv4IdSolver,
     qps: HashMap<u32, Slot>,
     srqs: HashMap<u32, SrqSlot>,
@@ -180,7 +189,7 @@ struct State {
 /// What the engine thread and, with inline progress, application threads share behind the
 /// device's progress lock: every QP's state machine, the backend and the transmit buffer.
 pub(crate) struct Core {
-    stats: StatsFile,
+    stats: Stats,
     /// The engine thread's run-queue waits and long holds of this state (see
     /// [`super::stall`]).
     stall: StallClock,
@@ -210,15 +219,17 @@ const MAX_PKT: usize = 12 + 32 + 4096 + ICRC_LEN;
 impl Engine {
     pub(crate) fn new(
         shared: Arc<DeviceShared>,
+        idx: usize,
         mut backend: Box<dyn Backend>,
         poll: mio::Poll,
         cmd_rx: Receiver<Command>,
         spin: Duration,
+        stats: Arc<Mutex<StatsFile>>,
     ) -> std::io::Result<Engine> {
         backend.register(poll.registry(), SOCKET)?;
-        backend.set_waker(shared.waker.clone());
+        backend.set_waker(shared.engines[idx].waker.clone());
         let port = backend.port();
-        let stats = StatsFile::new(&shared);
+        let stats = Stats { dirty: true, last: Instant::now() - Duration::from_secs(1), file: stats };
         let cm = CmEndpoint::new(
             cm_config(&shared),
             u64::from(super::cm::registry::rand32()) << 32 | u64::from(super::cm::registry::rand32()),
@@ -230,6 +241,7 @@ impl Engine {
             st: State {
                 epoch: shared.epoch,
                 shared,
+                idx,
                 id_solver: icrc::Ipv4IdSolver::new(),
                 qps: HashMap::new(),
                 srqs: HashMap::new(),
@@ -292,7 +304,8 @@ impl Engine {
             if core.stats.dirty && core.stats.due() {
                 core.backend.refresh_counters();
                 let c = core.st.counters();
-                core.stats.write(&c, false);
+                let Core { stats, st, .. } = &mut *core;
+                stats.write(st, c, false);
             }
             if work {
                 idle_since = None;
@@ -304,7 +317,8 @@ impl Engine {
             // While an application thread makes progress itself (it polls its CQ), the engine
             // does not spin beside it: on a small machine the spinning would take the CPU the
             // application needs.
-            let inline_busy = shared.inline_recently(core.now());
+            let idx = core.st.idx;
+            let inline_busy = shared.inline_recently(idx, core.now());
             if since.elapsed() < self.spin && !inline_busy {
                 drop(core);
                 std::thread::yield_now();
@@ -313,12 +327,13 @@ impl Engine {
             // Sleep until a packet, a post, a command or a timer. The flag is raised before
             // the last look at the queues, so a poster either sees it and wakes us or its
             // work is seen here.
-            shared.sleeping.store(true, Ordering::SeqCst);
-            if shared.posted.is_empty() && self.cmd_rx.is_empty() {
+            let link = &shared.engines[idx];
+            link.sleeping.store(true, Ordering::SeqCst);
+            if link.posted.is_empty() && link.inbox.is_empty() && self.cmd_rx.is_empty() {
                 let deadline = core.next_deadline();
                 let now = core.now();
                 // Application threads that arm an earlier timer wake the engine.
-                shared.engine_deadline.store(deadline.map_or(u64::MAX, |t| t.as_nanos()), Ordering::SeqCst);
+                link.engine_deadline.store(deadline.map_or(u64::MAX, |t| t.as_nanos()), Ordering::SeqCst);
                 let mut timeout = deadline.map(|t| if t > now { t - now } else { Duration::ZERO });
                 if core.stats.dirty {
                     // Wake once more to publish the last counters of a burst.
@@ -331,7 +346,7 @@ impl Engine {
             } else {
                 drop(core);
             }
-            shared.sleeping.store(false, Ordering::SeqCst);
+            link.sleeping.store(false, Ordering::SeqCst);
             idle_since = None;
         }
     }
@@ -349,7 +364,7 @@ impl Engine {
                     core.transmit(now);
                     core.backend.refresh_counters();
                     let c = core.st.counters();
-                    core.stats.write(&c, true);
+                    core.stats.write(&core.st, c, true);
                     return None;
                 }
                 Command::CreateQp { shared, send_cq, recv_cq, reply } => {
@@ -385,7 +400,7 @@ impl Engine {
                     let now = core.now();
                     core.transmit(now);
                     core.publish();
-                    let _ = reply.send(cq.resize(cqe));
+                    let _ = reply.send(cqe.map_or(Ok(()), |n| cq.resize(n)));
                 }
                 Command::ModifyQp { qpn, attrs, reply } => {
                     let r = st.modify(qpn, &attrs);
@@ -477,7 +492,8 @@ impl Core {
     pub(crate) fn progress_inline(&mut self, recv: bool) -> bool {
         let now = self.now();
         let shared = self.st.shared.clone();
-        shared.inline_at.store(now.as_nanos().max(1), Ordering::Relaxed);
+        let link = &shared.engines[self.st.idx];
+        link.inline_at.store(now.as_nanos().max(1), Ordering::Relaxed);
         let mut work = recv && self.receive(now);
         work |= self.take_posts();
         work |= self.transmit(now);
@@ -498,9 +514,9 @@ impl Core {
         if work {
             self.stats.dirty = true;
             let next = self.st.timers.peek().map_or(u64::MAX, |Reverse((t, _))| t.as_nanos());
-            if self.st.cm_dirty || next < shared.engine_deadline.load(Ordering::SeqCst) {
-                shared.engine_deadline.store(next, Ordering::SeqCst);
-                let _ = shared.waker.wake();
+            if self.st.cm_dirty || next < link.engine_deadline.load(Ordering::SeqCst) {
+                link.engine_deadline.store(next, Ordering::SeqCst);
+                let _ = link.waker.wake();
             }
         }
         work
@@ -522,14 +538,31 @@ impl Core {
         let Core { st, backend, .. } = self;
         let shared = st.shared.clone();
         let mrs = shared.mrs.read();
+        let link = &shared.engines[st.idx];
         let mut got = 0;
         // One batch per turn: acknowledgements and new packets go out between batches, which
         // keeps the peer's window moving.
         for _ in 0..1 {
-            match backend.recv(&mut |d| st.on_datagram(d, now, &mrs)) {
+            match backend.recv(&mut |d| st.on_datagram(d, now, &mrs, false)) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => got += n,
             }
+        }
+        link.rcvd.fetch_add(got as u64, Ordering::Relaxed);
+        // What the other engines received for this one's QPs (at most a queue's worth per
+        // turn, however fast they keep passing packets on).
+        for _ in 0..MAX_FORWARDED {
+            let Some(f) = link.inbox.pop() else { break };
+            got += 1;
+            let d = Datagram {
+                payload: &f.payload,
+                src: f.src,
+                dst: f.dst,
+                dst_port: f.dst_port,
+                ecn: f.ecn,
+                ip_header: f.ip_header.as_deref(),
+            };
+            st.on_datagram(d, now, &mrs, true);
         }
         got > 0
     }
@@ -538,7 +571,8 @@ impl Core {
     fn take_posts(&mut self) -> bool {
         let st = &mut self.st;
         let mut any = false;
-        while let Some(qpn) = st.shared.posted.pop() {
+        let shared = st.shared.clone();
+        while let Some(qpn) = shared.engines[st.idx].posted.pop() {
             any = true;
             if qpn & SRQ_TAG != 0 {
                 if let Some(s) = st.srqs.get_mut(&(qpn & !SRQ_TAG)) {
@@ -786,16 +820,59 @@ impl Core {
 /// (`softroce counters` reads it): `name value` lines, rewritten at most four times a second
 /// while the device is busy and at shutdown, replaced atomically (see [`super::rundir`], which
 /// also bounds what ended devices leave behind).
-struct StatsFile {
-    /// Counters changed since the last write.
-    dirty: bool,
+pub(crate) struct StatsFile {
     /// The run directory and this device's file in it; `None` when publishing is off.
     target: Option<(RunDir, String)>,
     header: String,
+    /// Engines of the device that have not stopped yet.
+    alive: usize,
+}
+
+/// One engine's side of the counters file: whether its counters changed and when it last
+/// published them.
+struct Stats {
+    /// Counters changed since the last write.
+    dirty: bool,
     last: Instant,
+    file: Arc<Mutex<StatsFile>>,
+}
+
+impl Stats {
+    fn due(&self) -> bool {
+        self.last.elapsed() >= Duration::from_millis(250) && self.file.lock().target.is_some()
+    }
+
+    /// Publishes this engine's counters `mine` and rewrites the device's file with every
+    /// engine's latest; `stopping`: this engine's last.
+    fn write(&mut self, st: &State, mine: DeviceCounters, stopping: bool) {
+        self.last = Instant::now();
+        self.dirty = false;
+        let shared = &st.shared;
+        *shared.engines[st.idx].snapshot.lock() = mine;
+        let mut file = self.file.lock();
+        if stopping {
+            file.alive = file.alive.saturating_sub(1);
+        }
+        if file.target.is_none() {
+            return;
+        }
+        let cm = shared.cm_engine();
+        let base = shared.engines[cm].snapshot.lock().clone();
+        let others: Vec<DeviceCounters> = (0..shared.engines.len())
+            .filter(|&i| i != cm)
+            .map(|i| shared.engines[i].snapshot.lock().clone())
+            .collect();
+        let exited = file.alive == 0;
+        file.write(&DeviceCounters::combine(base, others), exited);
+    }
 }
 
 impl StatsFile {
+    /// The counters file of a device, shared by its engines.
+    pub(crate) fn shared(shared: &DeviceShared) -> Arc<Mutex<StatsFile>> {
+        Arc::new(Mutex::new(StatsFile::new(shared)))
+    }
+
     fn new(shared: &DeviceShared) -> StatsFile {
         let pid = std::process::id();
         let target = RunDir::for_publishing().ok().map(|dir| {
@@ -808,16 +885,10 @@ impl StatsFile {
         if let Some(start) = super::rundir::process_start(pid) {
             header.push_str(&format!("start {start}\n"));
         }
-        StatsFile { dirty: true, target, header, last: Instant::now() - Duration::from_secs(1) }
-    }
-
-    fn due(&self) -> bool {
-        self.target.is_some() && self.last.elapsed() >= Duration::from_millis(250)
+        StatsFile { target, header, alive: shared.engines.len() }
     }
 
     fn write(&mut self, c: &DeviceCounters, exited: bool) {
-        self.last = Instant::now();
-        self.dirty = false;
         let Some((dir, name)) = &self.target else { return };
         let mut text = self.header.clone();
         text.push_str(&format!("state {}\n", if exited { "exited" } else { "running" }));
@@ -849,7 +920,16 @@ struct Batch {
 }
 
 impl State {
+    /// This engine's part of the device's counters: its QPs', and on the IB CM's engine
+    /// also the device-wide ones (see [`DeviceCounters::combine`]).
     fn counters(&self) -> DeviceCounters {
+        if self.idx != self.shared.cm_engine() {
+            let mut c = Counters::default();
+            for s in self.qps.values() {
+                c.add(s.qp.counters());
+            }
+            return DeviceCounters { qp: c, ..DeviceCounters::default() };
+        }
         let mut c: Counters = self.shared.retired_counters.lock().clone();
         for s in self.qps.values() {
             c.add(s.qp.counters());
@@ -876,6 +956,8 @@ impl State {
             rcvd_mad_bad_pkey: rx.mad_bad_pkey.load(Ordering::Relaxed),
             rcvd_mad_bad_qkey: rx.mad_bad_qkey.load(Ordering::Relaxed),
             send_mad_no_route: rx.mad_no_route.load(Ordering::Relaxed),
+            rcvd_forwarded: rx.forwarded.load(Ordering::Relaxed),
+            rcvd_forward_dropped: rx.forward_dropped.load(Ordering::Relaxed),
             cm: self.cm.counters().clone(),
         }
     }
@@ -917,12 +999,20 @@ impl State {
         Ok(())
     }
 
-    fn on_datagram(&mut self, d: Datagram<'_>, now: Time, mrs: &MrTable) {
+    /// One received packet; `forwarded`: another engine of the device received it.
+    fn on_datagram(&mut self, d: Datagram<'_>, now: Time, mrs: &MrTable, forwarded: bool) {
         let rx = &self.shared.rx;
         let Ok(p) = Packet::new_checked(d.payload) else {
             rx.malformed.fetch_add(1, Ordering::Relaxed);
             return;
         };
+        if !forwarded && self.shared.engines.len() > 1 {
+            let owner = self.shared.engine_of(p.bth().dest_qp());
+            if owner != self.idx {
+                forward(&self.shared.engines[owner], rx, &d);
+                return;
+            }
+        }
         let Some(v4) = icrc_check(&d, &p, &mut self.id_solver) else {
             rx.icrc_err.fetch_add(1, Ordering::Relaxed);
             return;
@@ -1126,6 +1216,26 @@ impl State {
             slot.active = true;
             self.active.push_back(qpn);
         }
+    }
+}
+
+/// Hands a packet to the engine that owns its QP, and wakes it if it sleeps.
+fn forward(link: &EngineLink, rx: &super::device::RxCounters, d: &Datagram<'_>) {
+    if link.inbox.len() >= MAX_FORWARDED {
+        rx.forward_dropped.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    rx.forwarded.fetch_add(1, Ordering::Relaxed);
+    link.inbox.push(Forwarded {
+        payload: d.payload.to_vec(),
+        src: d.src,
+        dst: d.dst,
+        dst_port: d.dst_port,
+        ecn: d.ecn,
+        ip_header: d.ip_header.map(<[u8]>::to_vec),
+    });
+    if link.sleeping.load(Ordering::SeqCst) {
+        let _ = link.waker.wake();
     }
 }
 

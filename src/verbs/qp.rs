@@ -462,8 +462,16 @@ impl QueuePair {
             dev.shared.qp_count.fetch_sub(1, Ordering::Relaxed);
             return Err(Error::Limit { what: "max_qp", max: attr.max_qp as u64 });
         }
-        // QP numbers start at 0x11 and count up, as on a fresh rxe device.
-        let qpn = 0x11 + dev.shared.next_qpn.fetch_add(1, Ordering::Relaxed) % 0xff_ffe0;
+        // QP numbers start at 0x11 and count up, as on a fresh rxe device. A QP that uses an
+        // SRQ must live on the SRQ's engine (QP `q` on engine `q % engines`): the next number
+        // that maps there (numbers skipped stay unused until the counter wraps).
+        let want = init.srq.map(|s| dev.shared.engine_of(s.inner.shared.srqn));
+        let qpn = loop {
+            let q = 0x11 + dev.shared.next_qpn.fetch_add(1, Ordering::Relaxed) % 0xff_ffe0;
+            if want.is_none_or(|e| dev.shared.engine_of(q) == e) {
+                break q;
+            }
+        };
         let shared = Arc::new(QpShared {
             qpn,
             qp_type: init.qp_type,
@@ -480,7 +488,7 @@ impl QueuePair {
             srq: init.srq.map(|s| s.inner.shared.clone()),
         });
         let cqs = (init.send_cq.shared.clone(), init.recv_cq.shared.clone());
-        dev.shared.call(|reply| Command::CreateQp {
+        dev.shared.call_for(qpn, |reply| Command::CreateQp {
             shared: shared.clone(),
             send_cq: cqs.0.clone(),
             recv_cq: cqs.1.clone(),
@@ -531,7 +539,7 @@ impl QueuePair {
         }
         let qpn = self.shared.qpn;
         let attrs = *attrs;
-        self.device.shared.call(|reply| Command::ModifyQp { qpn, attrs, reply })?
+        self.device.shared.call_for(qpn, |reply| Command::ModifyQp { qpn, attrs, reply })?
     }
 
     /// This QP's endpoint for a peer: the device's own GID, the QP number and `psn`, the
@@ -592,7 +600,7 @@ impl QueuePair {
         let qpn = self.shared.qpn;
         self.device
             .shared
-            .call(|reply| Command::QueryQp { qpn, reply })?
+            .call_for(qpn, |reply| Command::QueryQp { qpn, reply })?
             .ok_or(Error::NoSuchQp(Qpn::new(qpn)))
     }
 
@@ -763,9 +771,13 @@ impl QueuePair {
     fn schedule(&self, inline: bool) {
         if !self.shared.scheduled.swap(true, Ordering::SeqCst) {
             let dev = &self.device.shared;
-            dev.posted.push(self.shared.qpn);
-            if !(inline && self.device.progress_inline(false)) && dev.sleeping.load(Ordering::SeqCst) {
-                let _ = dev.waker.wake();
+            let qpn = self.shared.qpn;
+            let link = &dev.engines[dev.engine_of(qpn)];
+            link.posted.push(qpn);
+            if !(inline && self.device.progress_inline_for(qpn, false))
+                && link.sleeping.load(Ordering::SeqCst)
+            {
+                let _ = link.waker.wake();
             }
         }
     }
@@ -774,7 +786,7 @@ impl QueuePair {
 impl Drop for QueuePair {
     fn drop(&mut self) {
         let qpn = self.shared.qpn;
-        let _ = self.device.shared.call(|reply| Command::DestroyQp { qpn, reply });
+        let _ = self.device.shared.call_for(qpn, |reply| Command::DestroyQp { qpn, reply });
         self.device.shared.qp_count.fetch_sub(1, Ordering::Relaxed);
     }
 }

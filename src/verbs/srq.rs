@@ -70,7 +70,7 @@ pub(crate) struct SrqInner {
 impl Drop for SrqInner {
     fn drop(&mut self) {
         let srqn = self.shared.srqn;
-        let _ = self.device.shared.call(|reply| Command::DestroySrq { srqn, reply });
+        let _ = self.device.shared.call_for(srqn, |reply| Command::DestroySrq { srqn, reply });
     }
 }
 
@@ -113,7 +113,7 @@ impl SharedReceiveQueue {
         let limit = init.srq_limit;
         let max_wr = init.max_wr;
         let max_sge = init.max_sge;
-        dev.shared.call(|reply| Command::CreateSrq {
+        dev.shared.call_for(srqn, |reply| Command::CreateSrq {
             shared: shared.clone(),
             max_wr,
             max_sge,
@@ -164,7 +164,7 @@ impl SharedReceiveQueue {
     /// fires at once if fewer WQEs than `limit` are queued.
     pub fn arm_limit(&self, limit: u32) -> Result<()> {
         let srqn = self.inner.shared.srqn;
-        self.inner.device.shared.call(|reply| Command::ModifySrq {
+        self.inner.device.shared.call_for(srqn, |reply| Command::ModifySrq {
             srqn,
             max_wr: None,
             limit: Some(limit),
@@ -179,7 +179,7 @@ impl SharedReceiveQueue {
             return Err(Error::Limit { what: "max_srq_wr", max: max as u64 });
         }
         let srqn = self.inner.shared.srqn;
-        self.inner.device.shared.call(|reply| Command::ModifySrq {
+        self.inner.device.shared.call_for(srqn, |reply| Command::ModifySrq {
             srqn,
             max_wr: Some(max_wr),
             limit: None,
@@ -195,7 +195,7 @@ impl SharedReceiveQueue {
         self.inner
             .device
             .shared
-            .call(|reply| Command::QuerySrq { srqn, reply })?
+            .call_for(srqn, |reply| Command::QuerySrq { srqn, reply })?
             .ok_or(Error::InvalidArgument("SRQ destroyed"))
     }
 }

@@ -11,6 +11,17 @@
 //! would give it (`0xC000 | flow label`): a send-only socket per source port; if one cannot
 //! be bound, the receive socket (port 4791) is used instead.
 //!
+//! # Several engines
+//!
+//! A device with `n > 1` engine threads binds `n` receive sockets to `<ip>:4791` with
+//! `SO_REUSEPORT`, one per engine, in engine order, and attaches a classic BPF program to the
+//! group (`SO_ATTACH_REUSEPORT_CBPF`): for a UDP socket the kernel runs it with the UDP header
+//! pulled (`run_bpf_filter` in `net/core/sock_reuseport.c`, called from the UDP lookup with
+//! `hdr_len = sizeof(struct udphdr)`), so offset 0 is the BTH, and the program returns the
+//! destination QP (BTH bytes 5..8) modulo `n`: the index of the socket, in the order they were
+//! bound, of the engine that owns the QP. A packet too short to read gives 0; an index past
+//! the group falls back to the kernel's hash, and the engine passes such a packet on.
+//!
 //! # Receiving
 //!
 //! `recvmmsg` with UDP GRO on the 4791 socket. A UDP socket does not show the IPv4
@@ -68,22 +79,115 @@ pub(crate) struct UdpBackend {
     inode: Option<u64>,
     /// The receive buffer the kernel granted.
     rcvbuf: Option<usize>,
+    /// Send sockets are bound with `SO_REUSEPORT` (the engines of one device share source
+    /// ports).
+    reuse_senders: bool,
+    /// The socket's kernel drop count as last added to `rx.socket_drops` (several engines'
+    /// sockets add up there).
+    drops_seen: u64,
 }
 
 fn bind(addr: SocketAddr) -> io::Result<socket2::Socket> {
+    bind_with(addr, false)
+}
+
+/// Binds a UDP socket to `addr`, with `SO_REUSEPORT` when `reuse_port`.
+fn bind_with(addr: SocketAddr, reuse_port: bool) -> io::Result<socket2::Socket> {
     let domain = if addr.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 };
     let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
     if addr.is_ipv6() {
         s.set_only_v6(true)?;
     }
+    if reuse_port {
+        s.set_reuse_port(true)?;
+    }
     s.bind(&addr.into())?;
     Ok(s)
+}
+
+/// The classic BPF program that picks the socket of the engine owning a packet's destination
+/// QP, for a group of `n` sockets: `A = payload[4..8] (big-endian) & 0xffffff; A %= n; return
+/// A`. (BTH: opcode, flags, P_Key (2), reserved, DestQP (3).)
+pub(crate) fn steering_program(n: u32) -> [libc::sock_filter; 4] {
+    let op = |code: u32, k: u32| libc::sock_filter { code: code as u16, jt: 0, jf: 0, k };
+    [
+        op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 4),
+        op(libc::BPF_ALU | libc::BPF_AND | libc::BPF_K, 0x00ff_ffff),
+        op(libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K, n.max(1)),
+        op(libc::BPF_RET | libc::BPF_A, 0),
+    ]
+}
+
+/// Attaches [`steering_program`] to the `SO_REUSEPORT` group of `s`.
+fn attach_steering(s: &socket2::Socket, n: u32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut prog = steering_program(n);
+    let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_mut_ptr() };
+    // SAFETY: the kernel copies `fprog.len` instructions from `fprog.filter`, which points
+    // into `prog`, alive and unmoved for the call; it reads `size_of::<sock_fprog>()` bytes
+    // from `&fprog`.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 impl UdpBackend {
     /// Binds `<ip>:<port>`.
     pub(crate) fn new(ip: IpAddr, port: u16, gso: bool, rx: Arc<RxCounters>) -> io::Result<UdpBackend> {
         let s = bind(SocketAddr::new(ip, port))?;
+        UdpBackend::from_socket(s, ip, port, gso, rx)
+    }
+
+    /// `n` backends whose receive sockets share `<ip>:<port>` (`SO_REUSEPORT`, bound in
+    /// order), with the kernel steering each packet to the socket of index `DestQP % n`.
+    /// Fails, as one socket would, when the address is in use (by any socket).
+    pub(crate) fn group(
+        ip: IpAddr,
+        port: u16,
+        gso: bool,
+        rx: Arc<RxCounters>,
+        n: usize,
+    ) -> io::Result<Vec<UdpBackend>> {
+        let addr = SocketAddr::new(ip, port);
+        // A plain bind first: it fails if anything holds the address (another device's
+        // group included), which a SO_REUSEPORT bind would join instead; it also picks the
+        // port when `port` is 0.
+        let bound = bind(addr)?.local_addr()?.as_socket().map_or(port, |a| a.port());
+        let addr = SocketAddr::new(ip, bound);
+        let mut socks = Vec::with_capacity(n);
+        for _ in 0..n {
+            socks.push(bind_with(addr, true)?);
+        }
+        attach_steering(&socks[0], n as u32)?;
+        let mut group = Vec::with_capacity(n);
+        for s in socks {
+            let mut b = UdpBackend::from_socket(s, ip, port, gso, rx.clone())?;
+            // Two QPs of the device on different engines may send from the same source port
+            // (an RC pair connected to each other always does: the port hashes both QPNs):
+            // each engine binds its own send socket to it. Without SO_REUSEPORT the second
+            // bind fails, and a packet sent from 4791 instead would not match the ICRC
+            // computed over its UDP header.
+            b.reuse_senders = true;
+            group.push(b);
+        }
+        Ok(group)
+    }
+
+    /// A backend on bound socket `s` (`port`: the device's port, what packets are sent to).
+    fn from_socket(
+        s: socket2::Socket,
+        ip: IpAddr,
+        port: u16,
+        gso: bool,
+        rx: Arc<RxCounters>,
+    ) -> io::Result<UdpBackend> {
         s.set_nonblocking(true)?;
         set_recv_buffer(&s, RCVBUF);
         let rcvbuf = s.recv_buffer_size().ok();
@@ -104,6 +208,8 @@ impl UdpBackend {
             rx,
             inode,
             rcvbuf,
+            reuse_senders: false,
+            drops_seen: 0,
         })
     }
 
@@ -117,10 +223,10 @@ impl UdpBackend {
                 self.senders.remove(&p);
             }
         }
-        let ip = self.ip;
+        let (ip, reuse) = (self.ip, self.reuse_senders);
         let entry = self.senders.entry(port).or_insert_with(|| Sender {
             sock: (|| {
-                let s = bind(SocketAddr::new(ip, port)).ok()?;
+                let s = bind_with(SocketAddr::new(ip, port), reuse).ok()?;
                 let _ = s.set_send_buffer_size(8 << 20);
                 let _ = s.set_recv_buffer_size(4096);
                 let sock: UdpSocket = s.into();
@@ -200,8 +306,11 @@ impl Backend for UdpBackend {
 
     fn refresh_counters(&mut self) {
         let table = if self.ip.is_ipv4() { "/proc/self/net/udp" } else { "/proc/self/net/udp6" };
-        if let Some(drops) = self.inode.and_then(|i| socket_drops(table, i)) {
-            self.rx.socket_drops.store(drops, Ordering::Relaxed);
+        if let Some(drops) = self.inode.and_then(|i| socket_drops(table, i))
+            && drops > self.drops_seen
+        {
+            self.rx.socket_drops.fetch_add(drops - self.drops_seen, Ordering::Relaxed);
+            self.drops_seen = drops;
         }
     }
 }
@@ -273,6 +382,42 @@ mod tests {
         assert!(b.senders.len() <= MAX_SENDERS, "{} send sockets", b.senders.len());
         // The most recent ports are still there.
         assert!(b.senders.contains_key(&(0xc000 + MAX_SENDERS as u16 + 299)));
+    }
+
+    #[test]
+    fn the_kernel_steers_each_packet_to_the_socket_of_its_dest_qp() {
+        // Three sockets on one address: a datagram whose BTH names DestQP q reaches socket
+        // q % 3, whatever the source; a datagram too short for the program reaches socket 0.
+        let rx = Arc::new(RxCounters::default());
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let group = UdpBackend::group(ip, 0, false, rx, 3).unwrap();
+        let port = group[0].sock.local_addr().unwrap().port();
+        assert!(group.iter().all(|b| b.sock.local_addr().unwrap().port() == port));
+        let from = [UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap()];
+        let qpns = [0x11u32, 0x12, 0x13, 0x14, 0xff_fffe, 0x80_0000, 1, 0x1234];
+        for (k, q) in qpns.iter().enumerate() {
+            let mut bth = [0u8; 12];
+            bth[0] = 0x04; // RC SEND Only
+            bth[4] = 0xab; // the reserved byte before DestQP must not count
+            bth[5..8].copy_from_slice(&q.to_be_bytes()[1..]);
+            from[k % 2].send_to(&bth, (ip, port)).unwrap();
+        }
+        from[0].send_to(&[1, 2, 3], (ip, port)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        for (i, b) in group.iter().enumerate() {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 64];
+            while let Ok((n, _)) = b.sock.recv_from(&mut buf) {
+                got.push(if n >= 8 { u32::from_be_bytes([0, buf[5], buf[6], buf[7]]) } else { u32::MAX });
+            }
+            let mut want: Vec<u32> = qpns.iter().copied().filter(|q| *q as usize % 3 == i).collect();
+            if i == 0 {
+                want.push(u32::MAX);
+            }
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got, want, "socket {i}");
+        }
     }
 
     #[test]

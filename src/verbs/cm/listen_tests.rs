@@ -72,10 +72,10 @@ fn a_request_arriving_with_the_listen_is_delivered() {
             l
         });
         let t = std::time::Instant::now();
-        while ds.shared.cmd_tx.is_empty() && t.elapsed() < T {
+        while ds.shared.engines[ds.shared.cm_engine()].cmd_tx.is_empty() && t.elapsed() < T {
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert!(!ds.shared.cmd_tx.is_empty(), "listen queued its command");
+        assert!(!ds.shared.engines[ds.shared.cm_engine()].cmd_tx.is_empty(), "listen queued its command");
         drop(release);
         let l = listening.join().unwrap();
         assert_eq!(l.state(), CmIdState::Listen);
