@@ -261,6 +261,7 @@ impl DevRt {
                         warn(&format!("{ip}: UDP port {} is taken: {e}", softroce::verbs::device::ROCE_PORT));
                         libc::EADDRINUSE
                     })?;
+                    CLAIMED.lock().push(ip);
                     (ip, s)
                 }
                 None => claim_loopback()?,
@@ -272,6 +273,9 @@ impl DevRt {
         let cfg = config(&dev.spec, &address, &dev.name);
         let info = DeviceInfo::query(&cfg).map_err(|e| {
             warn(&format!("{}: {e}", dev.name));
+            if dev.auto_loopback {
+                release_loopback(cfg.address.parse().unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)));
+            }
             crate::util::errno_of(&e)
         })?;
         Ok(DevRt {
@@ -311,11 +315,30 @@ impl DevRt {
     }
 }
 
-/// The first loopback address whose RoCE port is free, and a socket holding it.
+impl Drop for DevRt {
+    fn drop(&mut self) {
+        if self.dev.auto_loopback {
+            release_loopback(self.info.ip);
+        }
+    }
+}
+
+/// Loopback addresses this process's devices have claimed. A device gives up its claim's
+/// socket just before its engine binds the port, and another device of the same process
+/// claiming in that moment must not take the address (it would, by the socket alone).
+static CLAIMED: Mutex<Vec<IpAddr>> = Mutex::new(Vec::new());
+
+/// The first loopback address whose RoCE port is free and that no device of this process has
+/// claimed, and a socket holding it; the address stays claimed until [`release_loopback`].
 fn claim_loopback() -> Result<(IpAddr, UdpSocket), Errno> {
+    let mut claimed = CLAIMED.lock();
     for n in 1..=LOOPBACK_CANDIDATES {
         let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, n));
+        if claimed.contains(&ip) {
+            continue;
+        }
         if let Ok(s) = UdpSocket::bind((ip, softroce::verbs::device::ROCE_PORT)) {
+            claimed.push(ip);
             return Ok((ip, s));
         }
     }
@@ -324,6 +347,11 @@ fn claim_loopback() -> Result<(IpAddr, UdpSocket), Errno> {
         softroce::verbs::device::ROCE_PORT
     ));
     Err(libc::EADDRINUSE)
+}
+
+/// Gives back a claim of [`claim_loopback`].
+fn release_loopback(ip: IpAddr) {
+    CLAIMED.lock().retain(|c| *c != ip);
 }
 
 #[cfg(test)]
@@ -356,6 +384,19 @@ mod tests {
             assert!(is_loopback_interface(&lo.name));
         }
         assert!(!is_loopback_interface("127.0.0.1"));
+    }
+
+    #[test]
+    fn a_claim_holds_while_its_device_moves_from_the_claim_to_the_engine() {
+        // A device gives its claim's socket up just before its engine binds the port: a claim
+        // by another device of the process in that moment must not take the address (a
+        // parallel test did, and the first device's engine then failed to bind).
+        let (ip, held) = claim_loopback().unwrap();
+        drop(held);
+        let (ip2, _held2) = claim_loopback().unwrap();
+        assert_ne!(ip, ip2);
+        release_loopback(ip);
+        release_loopback(ip2);
     }
 
     #[test]
