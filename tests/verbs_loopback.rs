@@ -74,3 +74,34 @@ fn every_rc_operation() {
     assert_eq!(c.rcvd_icrc_err, 0);
     assert_eq!(c.qp.completer_retry_err, 0);
 }
+
+#[test]
+fn a_qp_whose_udp_source_port_is_taken_still_talks() {
+    // rxe's source port for an RC QP is a hash of the two QP numbers; another socket may hold
+    // it on our address. The packets then leave from 4791, and their ICRC must cover 4791
+    // (it covered the wanted port, and the peer dropped every packet as an ICRC error).
+    let caps =
+        QpCaps { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let (ip_a, ip_b) = (loopback_ip(), loopback_ip());
+    let a = Side::new(Device::open(DeviceConfig::new(ip_a.as_str())).unwrap(), 4096, caps);
+    let b = Side::new(Device::open(DeviceConfig::new(ip_b.as_str())).unwrap(), 4096, caps);
+    let (qa, qb) = (a.qp.qp_num().value(), b.qp.qp_num().value());
+    let _held = [
+        std::net::UdpSocket::bind((ip_a.as_str(), gid::rc_udp_sport(0, qa, qb))).unwrap(),
+        std::net::UdpSocket::bind((ip_b.as_str(), gid::rc_udp_sport(0, qb, qa))).unwrap(),
+    ];
+    connect(&a, &b, Mtu::Mtu1024);
+    for (x, y) in [(&a, &b), (&b, &a)] {
+        y.mr.write(0, &[0; 100]).unwrap();
+        x.mr.write(0, &[7; 100]).unwrap();
+        y.qp.post_recv(RecvWr::new(1, &[y.mr.sge(0, 4096)])).unwrap();
+        x.qp.post_send(SendWr::send(2, &[x.mr.sge(0, 100)])).unwrap();
+        assert_eq!(x.wait().status, WcStatus::Success);
+        let wc = y.wait();
+        assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 100));
+        let mut got = [0; 100];
+        y.mr.read(0, &mut got).unwrap();
+        assert_eq!(got, [7; 100]);
+    }
+    assert_eq!(a.dev.counters().unwrap().rcvd_icrc_err + b.dev.counters().unwrap().rcvd_icrc_err, 0);
+}

@@ -288,6 +288,14 @@ impl Backend for UdpBackend {
         }
     }
 
+    fn source_port(&mut self, wanted: u16) -> u16 {
+        if wanted == self.port || self.sender(wanted).is_some() {
+            return wanted;
+        }
+        tracing::debug!(port = wanted, "UDP source port taken: sending from the RoCE port instead");
+        self.port
+    }
+
     fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {
         registry.register(&mut self.sock, token, mio::Interest::READABLE)
     }
@@ -358,6 +366,22 @@ fn parse_drops(text: &str, inode: u64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_source_port_that_cannot_be_bound_is_reported_as_the_roce_port() {
+        let rx = Arc::new(RxCounters::default());
+        let mut b = UdpBackend::new("127.0.0.1".parse().unwrap(), 0, false, rx).unwrap();
+        let own = b.port;
+        // Someone else holds 127.0.0.1:P.
+        let taken = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let p = taken.local_addr().unwrap().port();
+        assert_eq!(b.source_port(p), own);
+        let free = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let q = free.local_addr().unwrap().port();
+        drop(free);
+        assert_eq!(b.source_port(q), q);
+        assert_eq!(b.source_port(own), own);
+    }
 
     #[test]
     fn drops_column_of_the_right_socket() {
