@@ -160,7 +160,7 @@ fn latency(json: bool) {
     println!("{:<38} {:>10} {:>8}", "run", "us", "ratio");
     println!("{:<38} {:>10.2} {:>8}", "udp ping-pong, busy-poll, 2 cores", base, "1.00");
     let mut rows = vec![("udp_pingpong_us".to_string(), base)];
-    // Each test through the engine thread (the default) and with inline progress.
+    // Each test through the engine thread (SOFTROCE_INLINE_PROGRESS=0) and with inline progress (the default).
     for (i, test) in ["write-lat", "send-lat", "read-lat", "atomic-lat"].into_iter().enumerate() {
         for (j, (inline, tag)) in [(false, ""), (true, "_inline")].into_iter().enumerate() {
             let name = format!("softroce perf {test}{}", if inline { " (inline)" } else { "" });

@@ -77,9 +77,8 @@ pub struct DeviceConfig {
     /// traffic class already sets ECN bits, so that switches mark congestion (CE) instead
     /// of dropping. Received CE marks are counted (`rcvd_ecn_ce`) either way.
     pub ecn: bool,
-    /// Inline progress (off by default for now; `SOFTROCE_INLINE_PROGRESS=1` turns it on
-    /// for every device the process opens): an
-    /// application thread that polls an empty CQ or posts a send drives the device itself —
+    /// Inline progress (on by default; `SOFTROCE_INLINE_PROGRESS=0` turns it off for every
+    /// device the process opens): an application thread that polls an empty CQ or posts a send drives the device itself —
     /// reads the socket, runs the transport, sends, publishes completions — when no other
     /// thread is doing so at that moment, instead of handing the work to the engine thread
     /// and waiting for it to wake. The engine thread stays: it runs timers and the IB CM, and
@@ -110,10 +109,10 @@ fn default_engine_threads() -> usize {
 /// The most engine threads a device runs ([`DeviceConfig::engine_threads`] is capped to it).
 pub const MAX_ENGINE_THREADS: usize = 64;
 
-/// Whether inline progress is on by default: off until it has run the interop matrix against
-/// kernel rxe; `SOFTROCE_INLINE_PROGRESS=1` turns it on (and `=0` off) for the process.
+/// Whether inline progress is on by default: yes (the interop matrix against kernel rxe passes
+/// with it); `SOFTROCE_INLINE_PROGRESS=0` turns it off for the process (any other value on).
 fn default_inline_progress() -> bool {
-    std::env::var("SOFTROCE_INLINE_PROGRESS").is_ok_and(|v| v != "0")
+    std::env::var("SOFTROCE_INLINE_PROGRESS").as_deref() != Ok("0")
 }
 
 impl DeviceConfig {
