@@ -258,6 +258,8 @@ pub(crate) struct RxCounters {
     pub forwarded: AtomicU64,
     /// Packets dropped because the owning engine's forward queue was full.
     pub forward_dropped: AtomicU64,
+    /// Sends from the RoCE port because the QP's UDP source port could not be bound.
+    pub send_port_fallback: AtomicU64,
 }
 
 /// A packet an engine received for a QP another engine owns (the kernel's steering puts
@@ -1146,6 +1148,9 @@ pub struct DeviceCounters {
     pub rcvd_forwarded: u64,
     /// Packets dropped because the owning engine had too many passed-on packets waiting.
     pub rcvd_forward_dropped: u64,
+    /// Sends (each a run of packets) that left from the RoCE port instead of the QP's UDP
+    /// source port, which another socket held; their ICRC covers the port they left from.
+    pub send_port_fallback: u64,
     /// The IB CM's counters (messages, retries, duplicates, every drop and refusal).
     pub cm: crate::transport::cm::CmCounters,
 }
@@ -1189,6 +1194,7 @@ impl DeviceCounters {
             ("send_mad_no_route", self.send_mad_no_route),
             ("rcvd_forwarded", self.rcvd_forwarded),
             ("rcvd_forward_dropped", self.rcvd_forward_dropped),
+            ("send_port_fallback", self.send_port_fallback),
         ])
     }
 }

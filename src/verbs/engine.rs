@@ -404,13 +404,6 @@ impl Engine {
                 }
                 Command::ModifyQp { qpn, attrs, reply } => {
                     let r = st.modify(qpn, &attrs);
-                    // The path's source port as the backend can send from it (the ICRC
-                    // covers it).
-                    if let Some(path) = st.qps.get_mut(&qpn).and_then(|s| s.path.as_mut()) {
-                        let port = core.backend.source_port(path.src_port);
-                        path.src_port = port;
-                        path.frame.src_port = port;
-                    }
                     // The caller may post the moment modify returns: publish first.
                     st.publish_one(qpn);
                     let _ = reply.send(r);
@@ -733,13 +726,10 @@ impl Core {
                 sent = true;
                 let route = match t.ud {
                     // UD: where the work request's address handle points, from the UDP
-                    // source port rxe gives the QP (as the backend can send from it).
-                    Some(ud) => {
-                        let sport = backend.source_port(ud_udp_sport(qpn));
-                        ahs.get_or_insert_with(|| shared.ahs.read())
-                            .get(&ud.ah)
-                            .and_then(|ah| path_to(&shared.addresses, &shared.gids, &ah.av, sport, port))
-                    }
+                    // source port rxe gives the QP.
+                    Some(ud) => ahs.get_or_insert_with(|| shared.ahs.read()).get(&ud.ah).and_then(|ah| {
+                        path_to(&shared.addresses, &shared.gids, &ah.av, ud_udp_sport(qpn), port)
+                    }),
                     None => slot.path,
                 };
                 let Some(path) = &route else {
@@ -968,6 +958,7 @@ impl State {
             send_mad_no_route: rx.mad_no_route.load(Ordering::Relaxed),
             rcvd_forwarded: rx.forwarded.load(Ordering::Relaxed),
             rcvd_forward_dropped: rx.forward_dropped.load(Ordering::Relaxed),
+            send_port_fallback: rx.send_port_fallback.load(Ordering::Relaxed),
             cm: self.cm.counters().clone(),
         }
     }
@@ -1137,7 +1128,7 @@ impl State {
         let Ok(len) = repr.emit(&mut buf, &t.mad) else { return };
         let hop_limit = route_hop_limit(dst_ip);
         let tos = t.to.traffic_class;
-        let src_port = backend.source_port(ud_udp_sport(GSI_QPN));
+        let src_port = ud_udp_sport(GSI_QPN);
         let ip = match (src_ip, dst_ip) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => {
                 IpRepr::V4 { src, dst, tos, ttl: hop_limit, id: 0, df: true }

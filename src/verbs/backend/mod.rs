@@ -58,13 +58,6 @@ pub(crate) trait Backend: Send {
     fn recv(&mut self, f: &mut dyn FnMut(Datagram<'_>)) -> io::Result<usize>;
     /// Sends a batch (blocking when the socket buffer is full).
     fn send(&mut self, out: Outgoing<'_>) -> io::Result<()>;
-    /// The UDP source port packets asked to leave from `wanted` will really leave from: the
-    /// ICRC covers the UDP header, so the engine builds them for this port. `wanted` unless
-    /// the backend cannot send from it (a UDP send socket that cannot be bound: another
-    /// socket holds the port), then the backend's own port.
-    fn source_port(&mut self, wanted: u16) -> u16 {
-        wanted
-    }
     /// Registers the backend's readable source with the engine's poll.
     fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()>;
     /// A time at which packets become available without a readiness event (in-memory links

@@ -138,6 +138,36 @@ fn attach_steering(s: &socket2::Socket, n: u32) -> io::Result<()> {
     if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
+/// `out`'s packets with their ICRC recomputed for UDP source port `port` (the IP fields the
+/// kernel gives a datagram from an unconnected socket: ID 0, DF; TOS and TTL are masked out).
+fn with_icrc_for_port(out: &Outgoing<'_>, port: u16) -> Vec<u8> {
+    use crate::wire::ICRC_LEN;
+    use crate::wire::roce::{IpRepr, RoceFrameRepr};
+    let ip = match (out.src_ip, out.dst.ip()) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => {
+            IpRepr::V4 { src, dst, tos: out.tos, ttl: out.hop_limit, id: 0, df: true }
+        }
+        (IpAddr::V6(src), IpAddr::V6(dst)) => IpRepr::V6 {
+            src,
+            dst,
+            traffic_class: out.tos,
+            flow_label: out.flow_label,
+            hop_limit: out.hop_limit,
+        },
+        // (never mixed: the engine builds both from one path)
+        _ => return out.contents.to_vec(),
+    };
+    let frame = RoceFrameRepr { ip, src_port: port, dst_port: out.dst.port(), udp_checksum: false };
+    let mut buf = out.contents.to_vec();
+    for pkt in buf.chunks_mut(out.segment_size.max(1)) {
+        let Some(body) = pkt.len().checked_sub(ICRC_LEN) else { continue };
+        if let Ok(crc) = frame.icrc(&pkt[..body]) {
+            pkt[body..].copy_from_slice(&crc.to_le_bytes());
+        }
+    }
+    buf
+}
+
 impl UdpBackend {
     /// Binds `<ip>:<port>`.
     pub(crate) fn new(ip: IpAddr, port: u16, gso: bool, rx: Arc<RxCounters>) -> io::Result<UdpBackend> {
@@ -267,17 +297,24 @@ impl Backend for UdpBackend {
     }
 
     fn send(&mut self, out: Outgoing<'_>) -> io::Result<()> {
-        let transmit = Transmit {
+        let mut transmit = Transmit {
             destination: out.dst,
             ecn: quinn_udp::EcnCodepoint::from_bits(out.tos & 3),
             contents: out.contents,
             segment_size: (out.contents.len() > out.segment_size).then_some(out.segment_size),
             src_ip: None,
         };
-        if out.src_port != self.port
-            && let Some((sock, state)) = self.sender(out.src_port)
-        {
-            return state.try_send(sock.into(), &transmit);
+        let rebuilt;
+        if out.src_port != self.port {
+            if let Some((sock, state)) = self.sender(out.src_port) {
+                return state.try_send(sock.into(), &transmit);
+            }
+            // The port cannot be bound (another socket holds it): the packets leave from the
+            // receive socket's port, and the ICRC, which covers the UDP header, must be
+            // computed over that one or the peer drops every packet.
+            rebuilt = with_icrc_for_port(&out, self.port);
+            transmit.contents = &rebuilt;
+            self.rx.send_port_fallback.fetch_add(1, Ordering::Relaxed);
         }
         // The receive socket is non-blocking: wait out a full buffer.
         loop {
@@ -286,14 +323,6 @@ impl Backend for UdpBackend {
                 r => return r,
             }
         }
-    }
-
-    fn source_port(&mut self, wanted: u16) -> u16 {
-        if wanted == self.port || self.sender(wanted).is_some() {
-            return wanted;
-        }
-        tracing::debug!(port = wanted, "UDP source port taken: sending from the RoCE port instead");
-        self.port
     }
 
     fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {
@@ -368,19 +397,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_source_port_that_cannot_be_bound_is_reported_as_the_roce_port() {
-        let rx = Arc::new(RxCounters::default());
-        let mut b = UdpBackend::new("127.0.0.1".parse().unwrap(), 0, false, rx).unwrap();
-        let own = b.port;
-        // Someone else holds 127.0.0.1:P.
-        let taken = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let p = taken.local_addr().unwrap().port();
-        assert_eq!(b.source_port(p), own);
-        let free = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let q = free.local_addr().unwrap().port();
-        drop(free);
-        assert_eq!(b.source_port(q), q);
-        assert_eq!(b.source_port(own), own);
+    fn a_packet_sent_from_another_port_carries_the_icrc_of_that_port() {
+        use crate::wire::roce::{IpRepr, RoceFrameRepr};
+        let (src, dst) = ("127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap());
+        let ip = IpRepr::V4 { src, dst, tos: 0, ttl: 64, id: 0, df: true };
+        let body = [0x04u8, 0, 0xff, 0xff, 0, 0, 0, 0x11, 0x80, 0, 0, 1, 1, 2, 3, 4];
+        let mut two = Vec::new();
+        for _ in 0..2 {
+            let crc = RoceFrameRepr { ip, src_port: 0xc123, dst_port: 4791, udp_checksum: false }
+                .icrc(&body)
+                .unwrap();
+            two.extend_from_slice(&body);
+            two.extend_from_slice(&crc.to_le_bytes());
+        }
+        let out = Outgoing {
+            dst: SocketAddr::new(IpAddr::V4(dst), 4791),
+            src_ip: IpAddr::V4(src),
+            src_port: 0xc123,
+            contents: &two,
+            segment_size: two.len() / 2,
+            tos: 0,
+            hop_limit: 64,
+            flow_label: 0,
+        };
+        let fixed = with_icrc_for_port(&out, 4791);
+        let want =
+            RoceFrameRepr { ip, src_port: 4791, dst_port: 4791, udp_checksum: false }.icrc(&body).unwrap();
+        for pkt in fixed.chunks(two.len() / 2) {
+            assert_eq!(&pkt[..body.len()], &body);
+            assert_eq!(pkt[body.len()..], want.to_le_bytes());
+        }
     }
 
     #[test]
