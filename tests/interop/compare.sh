@@ -19,7 +19,7 @@
 # the absolute numbers mean little; the ratio is the point. Figures: perftest's "BW average"
 # (MB/s) and "t_typical" (µs, half a round trip), from the client's report on both sides.
 #
-# COMPARE_SR_ENV: environment for the softroce runs (e.g. SOFTROCE_INLINE_PROGRESS=1).
+# COMPARE_SR_ENV: environment for the softroce runs (e.g. SOFTROCE_INLINE_PROGRESS=0).
 # Iterations: 2000 for bandwidth (perftest's default 5000 takes a minute a run under TCG), 1000
 # for latency (perftest's default), 2 rounds; --short (CI): 100 each, 1 round.
 # COMPARE_ITERS_BW / COMPARE_ITERS_LAT / COMPARE_ROUNDS override. The exit status is non-zero only when a run
