@@ -1129,15 +1129,7 @@ impl State {
         let hop_limit = route_hop_limit(dst_ip);
         let tos = t.to.traffic_class;
         let src_port = ud_udp_sport(GSI_QPN);
-        let ip = match (src_ip, dst_ip) {
-            (IpAddr::V4(src), IpAddr::V4(dst)) => {
-                IpRepr::V4 { src, dst, tos, ttl: hop_limit, id: 0, df: true }
-            }
-            (IpAddr::V6(src), IpAddr::V6(dst)) => {
-                IpRepr::V6 { src, dst, traffic_class: tos, flow_label: 0, hop_limit }
-            }
-            _ => return,
-        };
+        let Some(ip) = IpRepr::for_udp_socket(src_ip, dst_ip, tos, hop_limit, 0) else { return };
         let frame = RoceFrameRepr { ip, src_port, dst_port: self.port, udp_checksum: false };
         let body = len - ICRC_LEN;
         if let Ok(crc) = frame.icrc(&buf[..body]) {
@@ -1269,19 +1261,7 @@ fn path_to(locals: &[IpAddr], gids: &[Gid], av: &AddressVector, src_port: u16, p
     let local = sgid
         .filter(|a| locals.contains(a) && a.is_ipv4() == dst_ip.is_ipv4())
         .or_else(|| locals.iter().copied().find(|a| a.is_ipv4() == dst_ip.is_ipv4()))?;
-    let ip = match (local, dst_ip) {
-        (IpAddr::V4(src), IpAddr::V4(dst)) => {
-            IpRepr::V4 { src, dst, tos: av.traffic_class, ttl: av.hop_limit, id: 0, df: true }
-        }
-        (IpAddr::V6(src), IpAddr::V6(dst)) => IpRepr::V6 {
-            src,
-            dst,
-            traffic_class: av.traffic_class,
-            flow_label: av.flow_label,
-            hop_limit: av.hop_limit,
-        },
-        _ => return None,
-    };
+    let ip = IpRepr::for_udp_socket(local, dst_ip, av.traffic_class, av.hop_limit, av.flow_label)?;
     Some(Path {
         dst: SocketAddr::new(dst_ip, port),
         src_ip: local,

@@ -232,6 +232,27 @@ pub enum IpRepr {
 }
 
 impl IpRepr {
+    /// The IP header the kernel gives a datagram from an unconnected UDP socket between two
+    /// addresses of one family (IPv4: ID 0 and DF, as under `IP_PMTUDISC_DO`); `None` for
+    /// mixed families.
+    pub fn for_udp_socket(
+        src: IpAddr,
+        dst: IpAddr,
+        tos: u8,
+        hop_limit: u8,
+        flow_label: u32,
+    ) -> Option<IpRepr> {
+        match (src, dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => {
+                Some(IpRepr::V4 { src, dst, tos, ttl: hop_limit, id: 0, df: true })
+            }
+            (IpAddr::V6(src), IpAddr::V6(dst)) => {
+                Some(IpRepr::V6 { src, dst, traffic_class: tos, flow_label, hop_limit })
+            }
+            _ => None,
+        }
+    }
+
     /// Length of the IP header.
     pub fn header_len(&self) -> usize {
         match self {

@@ -143,19 +143,10 @@ fn attach_steering(s: &socket2::Socket, n: u32) -> io::Result<()> {
 fn with_icrc_for_port(out: &Outgoing<'_>, port: u16) -> Vec<u8> {
     use crate::wire::ICRC_LEN;
     use crate::wire::roce::{IpRepr, RoceFrameRepr};
-    let ip = match (out.src_ip, out.dst.ip()) {
-        (IpAddr::V4(src), IpAddr::V4(dst)) => {
-            IpRepr::V4 { src, dst, tos: out.tos, ttl: out.hop_limit, id: 0, df: true }
-        }
-        (IpAddr::V6(src), IpAddr::V6(dst)) => IpRepr::V6 {
-            src,
-            dst,
-            traffic_class: out.tos,
-            flow_label: out.flow_label,
-            hop_limit: out.hop_limit,
-        },
-        // (never mixed: the engine builds both from one path)
-        _ => return out.contents.to_vec(),
+    // (never mixed families: the engine builds both addresses from one path)
+    let Some(ip) = IpRepr::for_udp_socket(out.src_ip, out.dst.ip(), out.tos, out.hop_limit, out.flow_label)
+    else {
+        return out.contents.to_vec();
     };
     let frame = RoceFrameRepr { ip, src_port: port, dst_port: out.dst.port(), udp_checksum: false };
     let mut buf = out.contents.to_vec();
