@@ -43,6 +43,11 @@ impl Qp {
             || (w.state == WqeState::Processing && w.last_psn.is_before(self.req.max_psn))
     }
 
+    /// PSNs sent and not yet acknowledged (a READ's: its response packets).
+    fn unacked_psns(&self) -> u64 {
+        u64::from(self.req.max_psn.distance_from(self.comp.psn))
+    }
+
     /// How many stale or early responses may defer the local ACK timer between two steps of
     /// progress: the most a correct peer can still owe us. Every response answers one PSN we
     /// sent and not yet saw acknowledged (`max_psn - comp.psn`; a READ's PSNs are its response
@@ -51,8 +56,7 @@ impl Qp {
     /// (one more for replays still queued from before the last progress). A peer that sends
     /// more than that without progress is not working through a backlog.
     fn busy_budget(&self) -> u64 {
-        let outstanding = u64::from(self.req.max_psn.distance_from(self.comp.psn));
-        outstanding.saturating_mul(u64::from(self.attr.retry_cnt) + 2)
+        self.unacked_psns().saturating_mul(u64::from(self.attr.retry_cnt) + 2)
     }
 
     /// The requester asks again for everything from the oldest unacknowledged PSN: the peer
@@ -60,7 +64,7 @@ impl Qp {
     /// Bounded without drift (lost replays are never seen): the count grows only up to
     /// `retry_cnt + 1` times what is outstanding now, or stays where it is if above that.
     pub(crate) fn note_replay_requested(&mut self) {
-        let outstanding = u64::from(self.req.max_psn.distance_from(self.comp.psn));
+        let outstanding = self.unacked_psns();
         let cap = outstanding.saturating_mul(u64::from(self.attr.retry_cnt) + 1).max(self.comp.replays_owed);
         self.comp.replays_owed = self.comp.replays_owed.saturating_add(outstanding).min(cap);
     }

@@ -1330,14 +1330,27 @@ impl Qp {
         };
     }
 
+    /// Whether the requester may start a recovery of its own (a probe, a go-back-N): it is
+    /// sending (RTS or SQD), not waiting out an RNR NAK, not in error.
+    fn may_recover(&self) -> bool {
+        matches!(self.state, QpState::Rts | QpState::Sqd) && !self.req.wait_rnr && !self.req.error
+    }
+
+    /// Goes back N from the oldest unacknowledged PSN at the next transmit, shrinking the
+    /// in-flight window as after any loss (`why`: the log's words; the caller counts it).
+    fn go_back_n(&mut self, why: &'static str) {
+        tracing::debug!(qpn = self.qpn, from_psn = %self.comp.psn, "{why}");
+        self.recovery.on_loss(self.tuning.max_unacked_psns);
+        self.req.need_retry = true;
+        self.comp.started_retry = true;
+    }
+
     /// The tail probe timer expired: nothing was acknowledged for two round trips. Unless the
     /// driver was kept from running, resend the oldest unacknowledged packet alone (see
     /// [`Qp::tail_probe`]) at the next transmit.
     fn tail_probe_fired(&mut self, now: Time, stalled: &impl Fn(Time) -> Duration) {
         let armed = self.recovery.probe_armed;
-        if !matches!(self.state, QpState::Rts | QpState::Sqd)
-            || self.req.wait_rnr
-            || self.req.error
+        if !self.may_recover()
             || self.req.need_retry
             || self.retransmit_at.is_none()
             || !self.req.max_psn.is_after(self.comp.psn)
@@ -1345,7 +1358,7 @@ impl Qp {
             return;
         }
         let waited = now - armed;
-        if stalled(armed).min(waited) * 2 >= waited {
+        if kept_from_running(stalled, armed, waited) {
             // Kept from running: the peer had no fair chance either; wait as long again.
             self.recovery.tail_at =
                 Some(now + waited).filter(|&t| self.recovery.probe_at.is_some_and(|p| t < p));
@@ -1370,12 +1383,7 @@ impl Qp {
     /// full). On the wire an ordinary retransmission; the requester's state is unchanged.
     pub(crate) fn tail_probe<M: Memory>(&mut self, now: Time, mem: &M, buf: &mut [u8]) -> Option<Transmit> {
         let x = self.comp.psn;
-        if !matches!(self.state, QpState::Rts | QpState::Sqd)
-            || self.req.error
-            || self.req.wait_rnr
-            || self.req.need_retry
-            || !x.is_before(self.req.max_psn)
-        {
+        if !self.may_recover() || self.req.need_retry || !x.is_before(self.req.max_psn) {
             return None;
         }
         let idx = self.sq.iter().position(|w| matches!(w.state, WqeState::Processing | WqeState::Pending))?;
@@ -1428,16 +1436,11 @@ impl Qp {
             && psn == x
             && self.comp.psn == x.next()
             && self.req.max_psn.is_after(self.comp.psn)
-            && matches!(self.state, QpState::Rts | QpState::Sqd)
+            && self.may_recover()
             && !self.req.need_retry
-            && !self.req.error
-            && !self.req.wait_rnr
         {
-            tracing::debug!(qpn = self.qpn, from_psn = %self.comp.psn, "retransmitting (tail probe answered)");
             self.counters.tail_probe_retransmit += 1;
-            self.recovery.on_loss(self.tuning.max_unacked_psns);
-            self.req.need_retry = true;
-            self.comp.started_retry = true;
+            self.go_back_n("retransmitting (tail probe answered)");
         }
     }
 
@@ -1448,25 +1451,17 @@ impl Qp {
         let armed = self.recovery.probe_armed;
         let outstanding = self.req.max_psn.is_after(self.comp.psn)
             && self.sq.front().is_some_and(|w| matches!(w.state, WqeState::Processing | WqeState::Pending));
-        if !matches!(self.state, QpState::Rts | QpState::Sqd)
-            || self.req.wait_rnr
-            || self.req.error
-            || self.retransmit_at.is_none()
-            || !outstanding
-        {
+        if !self.may_recover() || self.retransmit_at.is_none() || !outstanding {
             return;
         }
         let waited = now - armed;
-        if stalled(armed).min(waited) * 2 >= waited {
+        if kept_from_running(stalled, armed, waited) {
             self.arm_probe(now);
             return;
         }
         if !self.req.need_retry {
-            tracing::debug!(qpn = self.qpn, from_psn = %self.comp.psn, "retransmitting (probe: nothing acknowledged)");
             self.counters.probe_retransmit += 1;
-            self.recovery.on_loss(self.tuning.max_unacked_psns);
-            self.req.need_retry = true;
-            self.comp.started_retry = true;
+            self.go_back_n("retransmitting (probe: nothing acknowledged)");
         }
         self.recovery.backoff = (self.recovery.backoff + 1).min(PROBE_MAX_BACKOFF);
         self.arm_probe(now);
@@ -1483,4 +1478,11 @@ impl Qp {
     pub(crate) fn retransmit_interval(&self) -> Option<Duration> {
         (self.attr.timeout != 0).then(|| Duration::from_nanos(4096u64 << self.attr.timeout))
     }
+}
+
+/// Whether the driver was kept from running (`stalled`: how long since `armed`) for at least
+/// half of the `waited` a timer armed at `armed` has run: then the peer had no fair chance to
+/// answer either, and a probe would be premature.
+fn kept_from_running(stalled: &impl Fn(Time) -> Duration, armed: Time, waited: Duration) -> bool {
+    stalled(armed).min(waited) * 2 >= waited
 }
