@@ -32,6 +32,26 @@ fn write(d: &mut Duo, id: u64, len: u32) {
 }
 
 /// One WRITE answered `rtt` after it left: gives A a round-trip estimate.
+/// A 6 KiB WRITE (six packets) whose third packet is lost, then, after the responder's NAK,
+/// the first packet of the go-back-N retransmission too; the rest is delivered and the
+/// responder, which NAKs a gap once, stays silent. Returns the NAK, the lost retransmission
+/// and what was delivered of it.
+fn lose_a_packet_and_its_retransmission(d: &mut Duo) -> (Vec<Vec<u8>>, Vec<u8>, Vec<Vec<u8>>) {
+    write(d, 1, 6 * 1024);
+    let mut req = d.tx_a();
+    assert_eq!(req.len(), 6);
+    req.remove(2);
+    d.deliver_b(&req);
+    let nak = d.tx_b();
+    d.deliver_a(&nak);
+    let mut again = d.tx_a();
+    assert_eq!(again.len(), 4);
+    let lost = again.remove(0);
+    d.deliver_b(&again);
+    assert!(d.tx_b().is_empty());
+    (nak, lost, again)
+}
+
 fn measure_rtt(d: &mut Duo, rtt: Duration) {
     write(d, 100, 64);
     let req = d.tx_a();
@@ -107,19 +127,7 @@ fn probe_recovers_a_lost_retransmission_long_before_the_ack_timeout() {
     let mut d = duo_no_tail(14);
     let rtt = Duration::from_micros(300);
     measure_rtt(&mut d, rtt);
-    write(&mut d, 1, 6 * 1024);
-    let mut req = d.tx_a();
-    req.remove(2);
-    d.deliver_b(&req);
-    let nak = d.tx_b();
-    d.deliver_a(&nak);
-    let mut again = d.tx_a();
-    assert_eq!(again.len(), 4);
-    // The retransmission of the missing packet is lost too; the responder stays silent
-    // (one NAK per gap).
-    again.remove(0);
-    d.deliver_b(&again);
-    assert!(d.tx_b().is_empty());
+    let (nak, _, _) = lose_a_packet_and_its_retransmission(&mut d);
     // The probe: srtt + 4 rttvar is below its 2 ms floor, so 2 ms of silence.
     let at = d.a.poll_timeout().expect("a timer runs");
     assert_eq!(at - Time::ZERO, rtt + PROBE_MIN, "the probe, armed by the NAK's progress");
@@ -330,20 +338,7 @@ fn tail_probe_answered_with_its_own_psn_goes_back_n_from_the_next() {
     measure_rtt(&mut d, Duration::from_micros(100));
     let data: Vec<u8> = (0..6144u32).map(|i| (i * 5 + 1) as u8).collect();
     d.ma.set(BUF, BUF_ADDR, &data);
-    write(&mut d, 1, 6144);
-    let mut req = d.tx_a();
-    assert_eq!(req.len(), 6);
-    req.remove(2);
-    d.deliver_b(&req);
-    let nak = d.tx_b();
-    d.deliver_a(&nak);
-    let mut again = d.tx_a();
-    assert_eq!(again.len(), 4);
-    // The retransmission of the missing packet is lost as well: the responder, which NAKed
-    // the gap once, stays silent.
-    let lost = again.remove(0);
-    d.deliver_b(&again);
-    assert!(d.tx_b().is_empty());
+    let (_, lost, again) = lose_a_packet_and_its_retransmission(&mut d);
     d.advance(TAIL_PROBE_MIN);
     let probe = d.tx_a();
     assert_eq!(probe.len(), 1);
