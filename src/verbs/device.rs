@@ -302,6 +302,11 @@ impl EngineLink {
     /// Tells the engine a QP (or tagged SRQ) has new work; wakes it if it sleeps.
     pub(crate) fn schedule(&self, qpn: u32) {
         self.posted.push(qpn);
+        self.wake_if_sleeping();
+    }
+
+    /// Wakes the engine thread if it sleeps (it checks its queues after raising the flag).
+    pub(crate) fn wake_if_sleeping(&self) {
         if self.sleeping.load(Ordering::SeqCst) {
             let _ = self.waker.wake();
         }
@@ -451,6 +456,18 @@ impl DeviceShared {
         self.post(Command::Cm(Box::new(f)));
     }
 
+    /// The device's counters from every engine's part (`part(idx)`): the IB CM's engine's
+    /// carries the device-wide counters, the others their QPs' (see [`DeviceCounters::combine`]).
+    pub(crate) fn combine_engines(
+        &self,
+        mut part: impl FnMut(usize) -> Result<DeviceCounters>,
+    ) -> Result<DeviceCounters> {
+        let cm = self.cm_engine();
+        let base = part(cm)?;
+        let others = (0..self.engines.len()).filter(|&i| i != cm).map(part).collect::<Result<Vec<_>>>()?;
+        Ok(DeviceCounters::combine(base, others))
+    }
+
     /// Sends a command to the IB CM's engine and waits for the answer.
     pub(crate) fn call<T>(&self, make: impl FnOnce(Sender<T>) -> Command) -> Result<T> {
         self.call_on(self.cm_engine(), make)
@@ -470,6 +487,13 @@ impl DeviceShared {
         let _ = link.waker.wake();
         rx.recv().map_err(|_| Error::EngineGone)
     }
+}
+
+/// One turn of inline progress on an engine's state, unless another thread holds it.
+fn progress_on(core: &Mutex<super::engine::Core>, recv: bool) -> bool {
+    let Some(mut c) = core.try_lock() else { return false };
+    c.progress_inline(recv);
+    true
 }
 
 struct EngineHandle {
@@ -778,19 +802,18 @@ impl Device {
                     })?;
                 vec![Box::new(b)]
             }
-            BackendKind::Udp if threads > 1 => {
-                super::backend::udp::UdpBackend::group(ip, cfg.port, cfg.gso, rx.clone(), threads)
+            BackendKind::Udp => {
+                use super::backend::udp::UdpBackend;
+                let group = if threads > 1 {
+                    UdpBackend::group(ip, cfg.port, cfg.gso, rx.clone(), threads)
+                } else {
+                    UdpBackend::new(ip, cfg.port, cfg.gso, rx.clone()).map(|b| vec![b])
+                };
+                group
                     .map_err(|source| Error::Bind { addr: std::net::SocketAddr::new(ip, cfg.port), source })?
                     .into_iter()
                     .map(|b| Box::new(b) as Box<dyn super::backend::Backend>)
                     .collect()
-            }
-            BackendKind::Udp => {
-                vec![Box::new(
-                    super::backend::udp::UdpBackend::new(ip, cfg.port, cfg.gso, rx.clone()).map_err(
-                        |source| Error::Bind { addr: std::net::SocketAddr::new(ip, cfg.port), source },
-                    )?,
-                )]
             }
             BackendKind::Memory(net) => {
                 vec![Box::new(super::backend::memory::MemoryBackend::new(net, ip, cfg.port))]
@@ -879,27 +902,13 @@ impl Device {
     /// another thread holds the engine's state.
     /// With several engines, each engine not busy on another thread takes a turn.
     pub(crate) fn progress_inline(&self, recv: bool) -> bool {
-        let mut ran = false;
-        for core in &self._engine.cores {
-            if let Some(mut c) = core.try_lock() {
-                c.progress_inline(recv);
-                ran = true;
-            }
-        }
-        ran
+        self._engine.cores.iter().fold(false, |ran, core| progress_on(core, recv) | ran)
     }
 
     /// Inline progress on the engine that owns QP `qpn` only (see
     /// [`Device::progress_inline`]).
     pub(crate) fn progress_inline_for(&self, qpn: u32, recv: bool) -> bool {
-        let Some(core) = self._engine.cores.get(self.shared.engine_of(qpn)) else { return false };
-        match core.try_lock() {
-            Some(mut c) => {
-                c.progress_inline(recv);
-                true
-            }
-            None => false,
-        }
+        self._engine.cores.get(self.shared.engine_of(qpn)).is_some_and(|core| progress_on(core, recv))
     }
 
     /// Whether application threads that poll this device's CQs or post to its QPs make
@@ -1045,13 +1054,7 @@ impl Device {
     }
     /// Counters summed over every QP, past and present, plus the receive path's own.
     pub fn counters(&self) -> Result<DeviceCounters> {
-        let cm = self.shared.cm_engine();
-        let base = self.shared.call_on(cm, Command::Counters)?;
-        let mut others = Vec::with_capacity(self.shared.engines.len() - 1);
-        for idx in (0..self.shared.engines.len()).filter(|&i| i != cm) {
-            others.push(self.shared.call_on(idx, Command::Counters)?);
-        }
-        Ok(DeviceCounters::combine(base, others))
+        self.shared.combine_engines(|idx| self.shared.call_on(idx, Command::Counters))
     }
 
     /// Waits until no packet has arrived for `quiet`, or `limit` has passed; returns whether

@@ -856,14 +856,10 @@ impl Stats {
         if file.target.is_none() {
             return;
         }
-        let cm = shared.cm_engine();
-        let base = shared.engines[cm].snapshot.lock().clone();
-        let others: Vec<DeviceCounters> = (0..shared.engines.len())
-            .filter(|&i| i != cm)
-            .map(|i| shared.engines[i].snapshot.lock().clone())
-            .collect();
         let exited = file.alive == 0;
-        file.write(&DeviceCounters::combine(base, others), exited);
+        if let Ok(c) = shared.combine_engines(|i| Ok(shared.engines[i].snapshot.lock().clone())) {
+            file.write(&c, exited);
+        }
     }
 }
 
@@ -923,16 +919,14 @@ impl State {
     /// This engine's part of the device's counters: its QPs', and on the IB CM's engine
     /// also the device-wide ones (see [`DeviceCounters::combine`]).
     fn counters(&self) -> DeviceCounters {
-        if self.idx != self.shared.cm_engine() {
-            let mut c = Counters::default();
-            for s in self.qps.values() {
-                c.add(s.qp.counters());
-            }
-            return DeviceCounters { qp: c, ..DeviceCounters::default() };
-        }
-        let mut c: Counters = self.shared.retired_counters.lock().clone();
+        let device_wide = self.idx == self.shared.cm_engine();
+        let mut c =
+            if device_wide { self.shared.retired_counters.lock().clone() } else { Counters::default() };
         for s in self.qps.values() {
             c.add(s.qp.counters());
+        }
+        if !device_wide {
+            return DeviceCounters { qp: c, ..DeviceCounters::default() };
         }
         let rx = &self.shared.rx;
         DeviceCounters {
@@ -1227,9 +1221,7 @@ fn forward(link: &EngineLink, rx: &super::device::RxCounters, d: &Datagram<'_>) 
         ecn: d.ecn,
         ip_header: d.ip_header.map(<[u8]>::to_vec),
     });
-    if link.sleeping.load(Ordering::SeqCst) {
-        let _ = link.waker.wake();
-    }
+    link.wake_if_sleeping();
 }
 
 /// Frees `n` queue slots of a QP, never below zero (a post racing with a reset to RESET,

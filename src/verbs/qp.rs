@@ -774,10 +774,8 @@ impl QueuePair {
             let qpn = self.shared.qpn;
             let link = &dev.engines[dev.engine_of(qpn)];
             link.posted.push(qpn);
-            if !(inline && self.device.progress_inline_for(qpn, false))
-                && link.sleeping.load(Ordering::SeqCst)
-            {
-                let _ = link.waker.wake();
+            if !(inline && self.device.progress_inline_for(qpn, false)) {
+                link.wake_if_sleeping();
             }
         }
     }

@@ -254,7 +254,7 @@ pub struct DevRt {
 
 impl DevRt {
     fn new(dev: &'static SrDevice, at: Option<IpAddr>) -> Result<DevRt, Errno> {
-        let (address, reservation) = if dev.auto_loopback {
+        let (address, reservation, claimed) = if dev.auto_loopback {
             let (ip, sock) = match at {
                 Some(ip) => {
                     let s = UdpSocket::bind((ip, softroce::verbs::device::ROCE_PORT)).map_err(|e| {
@@ -266,15 +266,15 @@ impl DevRt {
                 }
                 None => claim_loopback()?,
             };
-            (ip.to_string(), Some(sock))
+            (ip.to_string(), Some(sock), Some(ip))
         } else {
-            (dev.spec.address.clone(), None)
+            (dev.spec.address.clone(), None, None)
         };
         let cfg = config(&dev.spec, &address, &dev.name);
         let info = DeviceInfo::query(&cfg).map_err(|e| {
             warn(&format!("{}: {e}", dev.name));
-            if dev.auto_loopback {
-                release_loopback(cfg.address.parse().unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)));
+            if let Some(ip) = claimed {
+                release_loopback(ip);
             }
             crate::util::errno_of(&e)
         })?;

@@ -193,8 +193,8 @@ impl UdpBackend {
             // Two QPs of the device on different engines may send from the same source port
             // (an RC pair connected to each other always does: the port hashes both QPNs):
             // each engine binds its own send socket to it. Without SO_REUSEPORT the second
-            // bind fails, and a packet sent from 4791 instead would not match the ICRC
-            // computed over its UDP header.
+            // bind fails, and that engine's packets would leave from 4791 instead (their ICRC
+            // recomputed for it, `send_port_fallback`), not from the port rxe would use.
             b.reuse_senders = true;
             group.push(b);
         }
