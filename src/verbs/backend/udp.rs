@@ -120,9 +120,16 @@ pub(crate) fn steering_program(n: u32) -> [libc::sock_filter; 4] {
 
 /// Attaches [`steering_program`] to the `SO_REUSEPORT` group of `s`.
 fn attach_steering(s: &socket2::Socket, n: u32) -> io::Result<()> {
+    attach_program(s, &steering_program(n))
+}
+
+/// Attaches classic BPF program `prog` to the `SO_REUSEPORT` group of `s` (replacing the
+/// group's program: one per group, whichever member attaches it).
+pub(crate) fn attach_program(s: &socket2::Socket, prog: &[libc::sock_filter]) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let mut prog = steering_program(n);
-    let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_mut_ptr() };
+    let mut prog = prog.to_vec();
+    let len = u16::try_from(prog.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let fprog = libc::sock_fprog { len, filter: prog.as_mut_ptr() };
     // SAFETY: the kernel copies `fprog.len` instructions from `fprog.filter`, which points
     // into `prog`, alive and unmoved for the call; it reads `size_of::<sock_fprog>()` bytes
     // from `&fprog`.
@@ -199,6 +206,21 @@ impl UdpBackend {
             group.push(b);
         }
         Ok(group)
+    }
+
+    /// A backend on `s`, a socket of a shared address's group ([`crate::verbs::share`]): its
+    /// send sockets too are bound with `SO_REUSEPORT`, since other processes' QPs on the
+    /// address may send from the same source ports.
+    pub(crate) fn from_shared(
+        s: socket2::Socket,
+        ip: IpAddr,
+        port: u16,
+        gso: bool,
+        rx: Arc<RxCounters>,
+    ) -> io::Result<UdpBackend> {
+        let mut b = UdpBackend::from_socket(s, ip, port, gso, rx)?;
+        b.reuse_senders = true;
+        Ok(b)
     }
 
     /// A backend on bound socket `s` (`port`: the device's port, what packets are sent to).
