@@ -420,8 +420,7 @@ fn mesh(ips: &[String], nss: &[Option<String>], victim: usize, rounds: usize) {
         p.expect("ROUND", Duration::from_secs(60));
     }
     ps[victim].kill9();
-    let newcomers =
-        start(&["newcomer 0".to_string(), "newcomer 1".to_string()], &ips[..2].to_vec(), &nss[..2].to_vec());
+    let newcomers = start(&["newcomer 0".to_string(), "newcomer 1".to_string()], &ips[..2], &nss[..2]);
     let mut all: Vec<Proc> = Vec::new();
     for (k, p) in ps.into_iter().enumerate() {
         if k == victim {
