@@ -313,6 +313,8 @@ pub(crate) struct EngineLink {
     pub engine_deadline: AtomicU64,
     /// Datagrams this engine read from its own socket.
     pub rcvd: AtomicU64,
+    /// Of those, probes of a shared address's steering (answered, not a QP's).
+    pub probes: AtomicU64,
     /// This engine's counters as of its last publication (for the counters file).
     pub snapshot: Mutex<DeviceCounters>,
 }
@@ -903,6 +905,7 @@ impl Device {
                 inline_at: AtomicU64::new(0),
                 engine_deadline: AtomicU64::new(u64::MAX),
                 rcvd: AtomicU64::new(0),
+                probes: AtomicU64::new(0),
                 snapshot: Mutex::new(DeviceCounters::default()),
             });
             ends.push((poll, cmd_rx));
@@ -1000,7 +1003,12 @@ impl Device {
     /// arrives at its QP's engine; the few that do not are passed on and counted as
     /// `rcvd_forwarded`.
     pub fn engine_received(&self) -> Vec<u64> {
-        self.shared.engines.iter().map(|l| l.rcvd.load(Ordering::Relaxed)).collect()
+        // (A shared address's steering probes are read there too; they are no QP's.)
+        self.shared
+            .engines
+            .iter()
+            .map(|l| l.rcvd.load(Ordering::Relaxed).saturating_sub(l.probes.load(Ordering::Relaxed)))
+            .collect()
     }
 
     /// The device's part in a shared address ([`DeviceConfig::share`]): `None` for a device

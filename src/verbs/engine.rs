@@ -1064,6 +1064,7 @@ impl State {
                 && u32::from_be_bytes([0, a, b, c]) >= super::share::PROBE_BASE
                 && share.answer_probe(d.payload, d.src, self.idx)
             {
+                self.shared.engines[self.idx].probes.fetch_add(1, Ordering::Relaxed);
                 return;
             }
         }
