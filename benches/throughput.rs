@@ -377,8 +377,11 @@ fn perf_lat_on(
     sharing: Sharing,
 ) -> std::result::Result<f64, String> {
     let exe = env!("CARGO_BIN_EXE_softroce");
-    let (server_ip, client_ip) =
-        if sharing == Sharing::OneAddress { ("127.0.77.11", "127.0.77.11") } else { ("127.0.77.11", "127.0.77.12") };
+    let (server_ip, client_ip) = if sharing == Sharing::OneAddress {
+        ("127.0.77.11", "127.0.77.11")
+    } else {
+        ("127.0.77.11", "127.0.77.12")
+    };
     let common = |c: &mut Command| {
         c.env("SOFTROCE_INLINE_PROGRESS", if inline { "1" } else { "0" });
         match sharing {

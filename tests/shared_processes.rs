@@ -440,8 +440,10 @@ fn mesh(ips: &[String], nss: &[Option<String>], victim: usize, rounds: usize) {
     }
     // Nothing left behind: no member names, no files but the devices' counters.
     if nss.iter().all(Option::is_none) {
-        let left: Vec<String> =
-            share_names().into_iter().filter(|n| ips.iter().any(|ip| n.contains(ip.as_str()))).collect();
+        let left: Vec<String> = share_names()
+            .into_iter()
+            .filter(|n| ips.iter().any(|ip| n.contains(&format!("/{ip}/"))))
+            .collect();
         assert!(left.is_empty(), "left behind: {left:?}");
     }
     if let Ok(rd) = std::fs::read_dir(&run_dir) {
