@@ -89,7 +89,7 @@ fn two_devices_on_one_address_have_their_own_qp_numbers_and_talk() {
     // The kernel put (almost) every packet on the right member's socket.
     let passed = counter(&a.dev, "share_passed_on") + counter(&b.dev, "share_passed_on");
     assert!(passed <= 4, "{passed} packets had to be passed on between the members");
-    assert!(counter(&a.dev, "share_steerings") + counter(&b.dev, "share_steerings") >= 2);
+    assert!(counter(&a.dev, "share_steerings") + counter(&b.dev, "share_steerings") >= 1);
 }
 
 #[test]

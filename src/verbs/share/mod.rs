@@ -162,6 +162,8 @@ const LOCK_PATIENCE: Duration = Duration::from_secs(10);
 pub(crate) struct Joining {
     pub share: Arc<Share>,
     pub sockets: Vec<Socket>,
+    /// How many sockets this member brought (its engines).
+    sockets_at_join: usize,
     lock: unix::NameLock,
 }
 
@@ -301,7 +303,7 @@ impl Share {
             counters: ShareCounters::default(),
         });
         tracing::debug!(%ip, port, slot, peers = live.count_ones() - 1, "softroce: joined a shared address");
-        Ok(Joining { share, sockets, lock })
+        Ok(Joining { share, sockets_at_join: sockets.len(), sockets, lock })
     }
 
     /// The fd engine 0 adds to its poll: readable when a member connects or sends.
@@ -639,6 +641,12 @@ impl Joining {
     /// Probes the group now that this member's engines run (they answer their own probes),
     /// steers it, and lets go of the membership lock.
     pub(crate) fn finish(self) {
+        // Alone on the address with one socket: every packet is this member's, and the
+        // kernel needs no program to pick its only socket (a joiner attaches one first).
+        if self.share.members() == 1 && self.sockets_at_join == 1 {
+            drop(self.lock);
+            return;
+        }
         if let Err(e) = self.share.steer() {
             tracing::warn!(addr = %self.share.addr(), "softroce: shared address not steered yet: {e}");
         }
