@@ -587,9 +587,9 @@ fi
 
 # ---- one host address, two host processes (docs/design/shared-device.md): Debian's programs
 # through the drop-in libraries, both on 10.77.0.1 at the same time, each with a different
-# peer on kernel rxe in a different guest, one host process the client and the other the
+# program on kernel rxe in the guest as its peer, one host process the client and the other the
 # server. Without the sharing the second process could not open the device (address in use).
-# shared2 NAME TOOL OPERATION G1-SERVER HOST-CLIENT HOST-SERVER G2-CLIENT OK-REGEX
+# shared2 NAME TOOL OPERATION RXE-SERVER HOST-CLIENT HOST-SERVER RXE-CLIENT OK-REGEX
 shared2() {
     local name=$1 tool=$2 op=$3 g1=$4 hc=$5 hs=$6 g2=$7 ok=$8 res=pass log=$OUT/$1.log rc=0 sent t=$(date +%s.%N)
     [ -n "$FILTER" ] && [[ $name != *"$FILTER"* ]] && return
@@ -606,11 +606,11 @@ shared2() {
         "$RIG" host "timeout 120 $hc" > "$log.hc" 2>&1 &
         local hcpid=$!
         sleep 1
-        echo "--- guest 2 client: $g2"
-        "$RIG" vm -t 120 2 "$g2" || { echo "guest 2 exit $?"; rc=1; }
+        echo "--- rxe client: $g2"
+        "$RIG" vm -t 120 1 "$g2" || { echo "rxe client exit $?"; rc=1; }
         wait $hcpid || { echo "host client exit $?"; rc=1; }
         wait $hspid || { echo "host server exit $?"; rc=1; }
-        "$RIG" vm-wait 1 g1 60 || { echo "guest 1 exit $?"; rc=1; }
+        "$RIG" vm-wait 1 g1 60 || { echo "rxe server exit $?"; rc=1; }
         echo "--- host client"; cat "$log.hc"; echo "--- host server"; cat "$log.hs"; rm -f "$log.hc" "$log.hs"
         sleep 0.5
         "$RIG" capture-stop "$name" >/dev/null 2>&1
@@ -621,7 +621,7 @@ shared2() {
     local chk
     if chk=$(check_capture "$name"); then sent=$(echo "$chk" | tail -1); else res=fail; echo "$chk" >> "$log"; sent=$(echo "$chk" | tail -1); fi
     local secs; secs=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t" | bc)")
-    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$tool" "$op" "both at once: host → rxe 1, rxe 2 → host" 1024 none "$BACKEND" "$res" "-" "$sent / (two guests)" >> "$OUT/rows.txt"
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$tool" "$op" "both at once: host 1 → rxe 1, rxe 2 → host 2" 1024 none "$BACKEND" "$res" "-" "$sent / -" >> "$OUT/rows.txt"
     if [ "$res" = pass ]; then PASS=$((PASS + 1)); else FAIL=$((FAIL + 1)); tail -n 40 "$log" >&2; fi
     say "$name: $res ($secs s)"
 }
@@ -629,7 +629,6 @@ if [[ " $BACKENDS " == *" udp "* ]] && LIBDIR=$("$SR" lib-path 2>/dev/null) && [
     BACKEND=udp
     "$RIG" mtu 1500 >/dev/null
     DL="env SOFTROCE_DEVICES=$HOST LD_LIBRARY_PATH=$LIBDIR"
-    VM2=$("$RIG" ip 2)
     shared2 shared-host-pp ibv_rc_pingpong "SEND 4096 B x 200, data checked, two host processes on one address" \
         "ibv_rc_pingpong -g 1 -s 4096 -n 200 -c" \
         "$DL ibv_rc_pingpong -d softroce0 -g 1 -s 4096 -n 200 -c $VM" \
