@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -52,6 +54,38 @@ pub fn built_lib() -> PathBuf {
             lib
         })
         .clone()
+}
+
+/// The drop-in librdmacm (`cargo build -p softroce-rdmacm` in the test's profile), for the
+/// programs that need both libraries.
+pub fn built_rdmacm() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let ibverbs = built_lib();
+            let profile_dir = ibverbs.parent().unwrap();
+            let profile = match profile_dir.file_name().and_then(|n| n.to_str()).unwrap() {
+                "debug" => "dev".to_string(),
+                other => other.to_string(),
+            };
+            let out = Command::new(env!("CARGO"))
+                .args(["build", "-p", "softroce-rdmacm", "--profile", &profile])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .output()
+                .expect("cargo");
+            assert!(out.status.success(), "cargo build -p softroce-rdmacm failed:\n{}", text(&out));
+            let lib = profile_dir.join("librdmacm.so");
+            assert!(lib.exists(), "{} not built", lib.display());
+            lib
+        })
+        .clone()
+}
+
+/// [`lib_dir`] with `librdmacm.so.1` -> the built drop-in librdmacm beside it.
+pub fn lib_dir_with_rdmacm(tag: &str) -> PathBuf {
+    let dir = lib_dir(tag);
+    std::os::unix::fs::symlink(built_rdmacm(), dir.join("librdmacm.so.1")).unwrap();
+    dir
 }
 
 /// A fresh directory holding `libibverbs.so.1` -> the built library, for `LD_LIBRARY_PATH`.
@@ -105,12 +139,20 @@ pub fn free_port() -> u16 {
 /// True once some socket listens on TCP `port` (read from /proc/net/tcp{,6}, without
 /// connecting: a probe connection would be taken for the peer).
 pub fn listening(port: u16) -> bool {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .any(|f| listens_in(&std::fs::read_to_string(f).unwrap_or_default(), port))
+}
+
+/// True if a `/proc/net/tcp`-style table has a socket listening on `port`.
+pub fn listens_in(table: &str, port: u16) -> bool {
     let want = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).unwrap_or_default().lines().skip(1).any(|l| {
-            let cols: Vec<&str> = l.split_whitespace().collect();
-            cols.len() > 3 && format!("{} ", &cols[1][cols[1].len() - 5..]) == want && cols[3] == "0A"
-        })
+    table.lines().any(|l| {
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        cols.len() > 3
+            && cols[1].len() >= 5
+            && format!("{} ", &cols[1][cols[1].len() - 5..]) == want
+            && cols[3] == "0A"
     })
 }
 
