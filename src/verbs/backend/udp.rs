@@ -584,6 +584,72 @@ mod tests {
     }
 
     #[test]
+    fn each_served_address_receives_and_sends_from_itself() {
+        // Two addresses (an IPv4 and an IPv6 one, as a device on an interface has), one port
+        // picked for both: a datagram to either arrives with its destination, and a send leaves
+        // from the address the engine names, from the source port asked for.
+        let rx = Arc::new(RxCounters::default());
+        let addrs: [SocketAddr; 2] = ["127.0.0.1:0".parse().unwrap(), "[::1]:0".parse().unwrap()];
+        let Ok(mut b) = UdpBackend::new(&addrs, false, rx) else {
+            eprintln!("no IPv6 loopback here: skipped");
+            return;
+        };
+        let port = b.port;
+        assert_ne!(port, 0);
+        assert!(b.locals.iter().all(|l| l.addr.port() == port));
+        let peers = [UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("[::1]:0").unwrap()];
+        for (p, a) in peers.iter().zip(&addrs) {
+            p.send_to(&[0x64; 16], (a.ip(), port)).unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut got = Vec::new();
+        b.recv(&mut |d| got.push((d.src, d.dst, d.payload.len()))).unwrap();
+        got.sort();
+        let mut want: Vec<_> =
+            peers.iter().zip(&addrs).map(|(p, a)| (p.local_addr().unwrap(), a.ip(), 16)).collect();
+        want.sort();
+        assert_eq!(got, want);
+        // A source port free on both addresses right now (a fixed one may be another test's).
+        let sport = (0..100)
+            .find_map(|_| {
+                let v4 = UdpSocket::bind("127.0.0.1:0").ok()?;
+                let p = v4.local_addr().ok()?.port();
+                UdpSocket::bind(("::1", p)).ok().map(|_| p)
+            })
+            .unwrap();
+        for (p, a) in peers.iter().zip(&addrs) {
+            let contents = [0x17u8; 24];
+            let out = Outgoing {
+                dst: p.local_addr().unwrap(),
+                src_ip: a.ip(),
+                src_port: sport,
+                contents: &contents,
+                segment_size: contents.len(),
+                tos: 0,
+                hop_limit: 64,
+                flow_label: 0,
+            };
+            b.send(out).unwrap();
+            let mut buf = [0u8; 64];
+            p.set_read_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
+            let (n, from) = p.recv_from(&mut buf).unwrap();
+            assert_eq!((n, from), (24, SocketAddr::new(a.ip(), sport)));
+        }
+        // An address the backend does not serve is refused, not used.
+        let stray = Outgoing {
+            dst: peers[0].local_addr().unwrap(),
+            src_ip: "127.0.0.2".parse().unwrap(),
+            src_port: 0xc123,
+            contents: &[0; 8],
+            segment_size: 8,
+            tos: 0,
+            hop_limit: 64,
+            flow_label: 0,
+        };
+        assert!(b.send(stray).is_err());
+    }
+
+    #[test]
     fn a_bound_socket_is_found_with_no_drops() {
         let s = bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let inode = socket_inode(&s).unwrap();
