@@ -34,51 +34,35 @@ pub fn require(test: &str, paths: &[&str], packages: &str) -> bool {
 /// does not hold its build lock while tests run).
 pub fn built_lib() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap();
-            // target/[<triple>/]<profile>/deps/<test>-<hash>
-            let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-            let profile = match profile_dir.file_name().and_then(|n| n.to_str()).unwrap() {
-                "debug" => "dev".to_string(),
-                other => other.to_string(),
-            };
-            let out = Command::new(env!("CARGO"))
-                .args(["build", "-p", "softroce-ibverbs", "--profile", &profile])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .output()
-                .expect("cargo");
-            assert!(out.status.success(), "cargo build -p softroce-ibverbs failed:\n{}", text(&out));
-            let lib = profile_dir.join("libibverbs.so");
-            assert!(lib.exists(), "{} not built", lib.display());
-            lib
-        })
-        .clone()
+    BUILT.get_or_init(|| build_in_test_profile("softroce-ibverbs", "libibverbs.so")).clone()
 }
 
-/// The drop-in librdmacm (`cargo build -p softroce-rdmacm` in the test's profile), for the
-/// programs that need both libraries.
+/// The drop-in librdmacm, built as [`built_lib`] is, for the programs that need both
+/// libraries.
 pub fn built_rdmacm() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let ibverbs = built_lib();
-            let profile_dir = ibverbs.parent().unwrap();
-            let profile = match profile_dir.file_name().and_then(|n| n.to_str()).unwrap() {
-                "debug" => "dev".to_string(),
-                other => other.to_string(),
-            };
-            let out = Command::new(env!("CARGO"))
-                .args(["build", "-p", "softroce-rdmacm", "--profile", &profile])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .output()
-                .expect("cargo");
-            assert!(out.status.success(), "cargo build -p softroce-rdmacm failed:\n{}", text(&out));
-            let lib = profile_dir.join("librdmacm.so");
-            assert!(lib.exists(), "{} not built", lib.display());
-            lib
-        })
-        .clone()
+    BUILT.get_or_init(|| build_in_test_profile("softroce-rdmacm", "librdmacm.so")).clone()
+}
+
+/// `cargo build -p <package>` in the profile of the test executable; the path of `file` it
+/// built there.
+fn build_in_test_profile(package: &str, file: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/[<triple>/]<profile>/deps/<test>-<hash>
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()).unwrap() {
+        "debug" => "dev".to_string(),
+        other => other.to_string(),
+    };
+    let out = Command::new(env!("CARGO"))
+        .args(["build", "-p", package, "--profile", &profile])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo");
+    assert!(out.status.success(), "cargo build -p {package} failed:\n{}", text(&out));
+    let lib = profile_dir.join(file);
+    assert!(lib.exists(), "{} not built", lib.display());
+    lib
 }
 
 /// [`lib_dir`] with `librdmacm.so.1` -> the built drop-in librdmacm beside it.
