@@ -262,6 +262,27 @@ fn ud_send_fills_the_grh_and_reports_the_source() {
     assert!(matches!(a.qp.post_send(wr), Err(Error::Post(PostError::OpNotSupported))));
 }
 
+/// A UD send whose address handle is destroyed before the send leaves cannot be made: it
+/// completes with `LOC_QP_OP_ERR` and the QP goes to the error state, as on rxe (it used to
+/// complete as sent, with nothing sent: a caller waiting for an answer waited forever).
+#[test]
+fn a_ud_send_whose_address_handle_is_gone_completes_in_error() {
+    let a = ud_node(udp_dev(), 1 << 16);
+    let b = ud_node(udp_dev(), 1 << 16);
+    let ah = a.pd.create_ah(&AddressVector::new(b.gid(), a.dev.default_gid_index())).unwrap();
+    // Drained (SQD), the QP holds what is posted: the handle goes while the send waits.
+    a.qp.modify(&QpAttrs { state: Some(QpState::Sqd), ..Default::default() }).unwrap();
+    let mut wr = SendWr::new(7, SendOp::Send, &[a.mr.sge(0, 64)]);
+    wr.ud = Some(ah.dest(b.qp.qp_num(), Qkey::new(QKEY)));
+    a.qp.post_send(wr).unwrap();
+    drop(ah);
+    a.qp.modify(&QpAttrs { state: Some(QpState::Rts), ..Default::default() }).unwrap();
+    let wc = a.wait();
+    assert_eq!((wc.wr_id, wc.status), (7, WcStatus::LocQpOpErr));
+    assert_eq!(a.qp.query().unwrap().state, QpState::Err);
+    assert_eq!(a.dev.counters().unwrap().qp.send_err, 1);
+}
+
 #[test]
 fn ud_receive_too_small_for_grh_and_payload_is_loc_len_err() {
     let a = ud_node(udp_dev(), 1 << 16);

@@ -275,7 +275,10 @@ fn typed_connection_setup_and_builders() {
     assert_eq!(a.gid_index_for(a.ip()), Some(own));
     assert_eq!(a.gid(own).unwrap(), a.own_gid());
     assert_eq!(a.gid_index_for("192.0.2.1".parse().unwrap()), None);
-    assert_eq!(a.gid(GidIndex::LINK_LOCAL).unwrap().0[..2], [0xfe, 0x80]);
+    // Loopback has no link-local address: GID 0 is the device's own address too (and works:
+    // `gid_index_zero_works_on_loopback`); the lookup gives the index it has without the copy.
+    assert_eq!(a.gid(GidIndex::LINK_LOCAL).unwrap(), a.own_gid());
+    assert_eq!(own, GidIndex::new(1));
 
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
@@ -380,4 +383,53 @@ fn post_send_all_posts_the_whole_batch_or_nothing() {
     a.qp.post_send_all((20..24).map(w).collect()).unwrap();
     let ids: Vec<u64> = (0..4).map(|_| a.wait()).map(|c| c.wr_id).collect();
     assert_eq!(ids, vec![20, 21, 22, 23]);
+}
+
+/// Every GID a device lists works: on loopback (no link-local address) index 0 is the
+/// device's own address, as index 1 is; RC and UD traffic with source GID index 0 and the
+/// peer's GID 0 as destination (what rdma-core's tests and libfabric use when told nothing)
+/// arrives. It used to be a made-up `fe80::7f00:x` nobody served: RTR failed with EINVAL and
+/// UD sends vanished.
+#[test]
+fn gid_index_zero_works_on_loopback() {
+    let zero = GidIndex::new(0);
+    let caps =
+        QpCaps { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64 };
+    let (a, b) = (Side::new(dev(), 4096, caps), Side::new(dev(), 4096, caps));
+    for d in [&a.dev, &b.dev] {
+        assert_eq!(d.gid(zero).unwrap(), d.own_gid());
+        assert_eq!(d.gid_table().len(), 2);
+    }
+    for (x, y, rq, sq) in [(&a, &b, 2, 1), (&b, &a, 1, 2)] {
+        x.qp.modify(&QpAttrs::init(Access::ALL)).unwrap();
+        let av = AddressVector::new(y.dev.gid(zero).unwrap(), zero);
+        x.qp.modify(&QpAttrs::rtr(av, Mtu::Mtu1024, y.qp.qp_num(), Psn::new(rq))).unwrap();
+        x.qp.modify(&QpAttrs::rts(Psn::new(sq))).unwrap();
+    }
+    a.mr.write(0, b"rc over gid 0").unwrap();
+    b.qp.post_recv(RecvWr::new(1, &[b.mr.sge(0, 64)])).unwrap();
+    a.qp.post_send(SendWr::new(2, SendOp::Send, &[a.mr.sge(0, 13)])).unwrap();
+    assert_eq!(a.wait().status, WcStatus::Success);
+    assert_eq!(
+        (b.wait().status, b.mr.to_vec()[..13].to_vec()),
+        (WcStatus::Success, b"rc over gid 0".to_vec())
+    );
+
+    // UD, through an address handle on GID 0.
+    let ud = |s: &Side| {
+        let qp = s.pd.create_qp(&QpInitAttr::ud(&s.cq, &s.cq)).unwrap();
+        qp.modify(&QpAttrs::init_ud(Qkey::new(0x11))).unwrap();
+        qp.modify(&QpAttrs::rtr_ud()).unwrap();
+        qp.modify(&QpAttrs::rts_unreliable(Psn::new(0))).unwrap();
+        qp
+    };
+    let (ua, ub) = (ud(&a), ud(&b));
+    ub.post_recv(RecvWr::new(3, &[b.mr.sge(0, 40 + 64)])).unwrap();
+    let ah = a.pd.create_ah(&AddressVector::new(b.dev.gid(zero).unwrap(), zero)).unwrap();
+    let mut wr = SendWr::new(4, SendOp::Send, &[a.mr.sge(0, 13)]);
+    wr.ud = Some(ah.dest(ub.qp_num(), Qkey::new(0x11)));
+    ua.post_send(wr).unwrap();
+    assert_eq!(a.wait().status, WcStatus::Success);
+    let wc = b.wait();
+    assert_eq!((wc.wr_id, wc.status, wc.src_qp), (3, WcStatus::Success, ua.qp_num()));
 }

@@ -1249,6 +1249,25 @@ impl Qp {
         t
     }
 
+    /// UD: the destination of the send whose packet [`Qp::poll_transmit`] builds next, if one
+    /// is due (the QP is ready to send and has one); the engine resolves its route first.
+    pub fn next_ud_dest(&self) -> Option<crate::transport::UdDest> {
+        if self.qp_type != QpType::Ud || self.state != QpState::Rts || self.req.error {
+            return None;
+        }
+        self.sq.get(self.req.wqe_index).and_then(|w| w.wr.ud)
+    }
+
+    /// UD: the send [`Qp::next_ud_dest`] names cannot leave (its address handle is gone, or
+    /// leads to no address the device has): it completes with `LOC_QP_OP_ERR` and the QP
+    /// enters the error state, as rxe's requester does when it finds no address vector or
+    /// route for a work request.
+    pub fn fail_next_ud_send(&mut self) {
+        if self.next_ud_dest().is_some() {
+            self.req_fail(self.req.wqe_index, WcStatus::LocQpOpErr);
+        }
+    }
+
     /// True when [`Qp::poll_transmit`] may have a packet (cheap check for the engine's
     /// scheduler; a `true` can still yield nothing, e.g. when the window is closed).
     pub fn wants_transmit(&self) -> bool {

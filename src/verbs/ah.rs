@@ -23,8 +23,9 @@ pub(crate) struct AhEntry {
     pub av: AddressVector,
 }
 
-/// An address handle. Dropping it destroys it; sends already posted with it that have not
-/// left yet are dropped (UD is unreliable) and counted as `send_err`.
+/// An address handle. Dropping it destroys it; a send already posted with it that has not
+/// left yet completes with `LOC_QP_OP_ERR` (counted as `send_err`) and takes its QP to the
+/// error state, as on rxe.
 #[derive(Debug)]
 pub struct AddressHandle {
     id: u32,

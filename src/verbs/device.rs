@@ -615,7 +615,29 @@ struct Iface {
     mtu: u32,
 }
 
+/// `IFA_F_DADFAILED`: duplicate address detection found the address in use on the link.
+const IFA_F_DADFAILED: u32 = 0x08;
+
+/// The IPv6 addresses of `/proc/net/if_inet6` (`address ifindex prefixlen scope flags name`,
+/// hex) whose duplicate address detection failed, with their interface index: the kernel keeps
+/// them, never usable.
+fn dad_failed(if_inet6: &str) -> Vec<(u32, IpAddr)> {
+    if_inet6
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let flags = u32::from_str_radix(f.get(4)?, 16).ok()?;
+            if flags & IFA_F_DADFAILED == 0 {
+                return None;
+            }
+            let addr = u128::from_str_radix(f.first()?, 16).ok()?;
+            Some((u32::from_str_radix(f.get(1)?, 16).ok()?, IpAddr::V6(std::net::Ipv6Addr::from(addr))))
+        })
+        .collect()
+}
+
 fn interfaces() -> Vec<Iface> {
+    let failed = dad_failed(&std::fs::read_to_string("/proc/net/if_inet6").unwrap_or_default());
     pnet_datalink::interfaces()
         .into_iter()
         .map(|i| {
@@ -627,7 +649,7 @@ fn interfaces() -> Vec<Iface> {
                 index: i.index,
                 loopback: i.is_loopback(),
                 mac: i.mac.map(|m| m.octets()).unwrap_or_default(),
-                ips: i.ips.iter().map(|n| n.ip()).collect(),
+                ips: i.ips.iter().map(|n| n.ip()).filter(|a| !failed.contains(&(i.index, *a))).collect(),
                 name: i.name,
                 mtu,
             }
@@ -670,45 +692,59 @@ fn resolve(address: &str) -> Result<(Iface, IpAddr)> {
     Ok((i, ip))
 }
 
-/// The GID table rxe would build for a netdev, restricted to what this device can serve:
-/// index 0 is the default GID (`fe80::` + EUI-64 of the MAC), index 1 the device's IPv4
-/// address as `::ffff:a.b.c.d` (the index perftest and `-g 1` users expect), then its other
-/// addresses the way rxe orders them (IPv4, then IPv6 global before link-local).
-fn gid_table(iface: &Iface, ips: &[IpAddr]) -> Vec<Gid> {
-    let ip = ips.first().copied().unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-    let default = if iface.mac == [0; 6] {
-        // Loopback has no MAC: derive a stable link-local GID from the address instead.
-        let mut g = [0u8; 16];
-        g[0] = 0xfe;
-        g[1] = 0x80;
-        g[12..].copy_from_slice(&match ip {
-            IpAddr::V4(v4) => v4.octets(),
-            IpAddr::V6(v6) => v6.octets()[12..].try_into().unwrap_or_default(),
-        });
-        Gid(g)
-    } else {
-        Gid::link_local_from_mac(iface.mac)
-    };
-    // Only the addresses the backend serves are reachable through this device; each once.
-    let mut gids = vec![default];
-    for g in ips.iter().map(|a| Gid::from_ip(*a)) {
-        if !gids.contains(&g) {
-            gids.push(g);
-        }
-    }
+/// Whether `ip` is an IPv6 link-local address (`fe80::/10`).
+fn is_link_local(ip: &IpAddr) -> bool {
+    matches!(ip, IpAddr::V6(v6) if v6.is_unicast_link_local())
+}
+
+/// The GID table of a device serving `addresses` (the device's own address first).
+///
+/// Index 0 is the port's default GID. On kernel rxe that is the interface's link-local
+/// address (`fe80::` + EUI-64 of the MAC): here it is the link-local address the device
+/// serves, if it serves one (a device opened on an interface). A device that serves none (one
+/// opened on a single address, on loopback, which has no link-local address, or on an
+/// interface without IPv6) has a copy of its own address's GID at index 0: every listed GID
+/// must work, and index 0 is what programs use when told nothing (rdma-core's tests,
+/// libfabric). The addresses follow from index 1 in the order given (the device's own address
+/// at 1: the index perftest and `-g 1` users pass; then IPv4, IPv6 global, IPv6 link-local, as
+/// rxe orders them), the link-local address of index 0 not again.
+fn gid_table(addresses: &[IpAddr]) -> Vec<Gid> {
+    let ip = addresses.first().copied().unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    let link_local = addresses.iter().copied().find(is_link_local);
+    let mut gids = vec![Gid::from_ip(link_local.unwrap_or(ip))];
+    gids.extend(addresses.iter().filter(|a| Some(**a) != link_local).map(|a| Gid::from_ip(*a)));
     gids
 }
 
-/// The addresses a device serves: the raw backend opened by interface name serves every
-/// address of the interface (the first IPv4 one first, then the other IPv4 ones, IPv6 global,
-/// IPv6 link-local, as rxe orders its GID table); otherwise only the one address.
+/// The interface's IPv6 link-local address a device on it serves as GID 0: the one rxe
+/// would list (`fe80::` + EUI-64 of the MAC) if the interface has it, else its first
+/// link-local address; none on an interface without IPv6 (or whose link-local addresses all
+/// failed duplicate address detection, which the caller has left out).
+fn link_local_of(iface: &Iface) -> Option<IpAddr> {
+    let eui64 = IpAddr::V6(std::net::Ipv6Addr::from(Gid::link_local_from_mac(iface.mac).0));
+    let mut lls = iface.ips.iter().copied().filter(is_link_local);
+    let first = lls.next()?;
+    Some(if iface.ips.contains(&eui64) { eui64 } else { first })
+}
+
+/// The addresses a device serves, its own address `ip` first. A device opened on a single
+/// address (or an in-memory one) serves that address. A device opened by interface name also
+/// serves the interface's link-local address (GID 0, see [`gid_table`]); the raw backend
+/// serves every address of the interface (the first IPv4 one first, then the other IPv4 ones,
+/// IPv6 global, IPv6 link-local, as rxe orders its GID table).
 fn served_ips(cfg: &DeviceConfig, iface: &Iface, ip: IpAddr) -> Vec<IpAddr> {
     let mut ips = vec![ip];
-    if matches!(cfg.backend, BackendKind::Raw) && cfg.address.parse::<IpAddr>().is_err() {
-        let link_local = |a: &IpAddr| matches!(a, IpAddr::V6(v6) if v6.is_unicast_link_local());
-        let mut rest: Vec<IpAddr> = iface.ips.iter().copied().filter(|a| *a != ip).collect();
-        rest.sort_by_key(|a| (a.is_ipv6(), link_local(a)));
-        ips.extend(rest);
+    let by_name = cfg.address.parse::<IpAddr>().is_err();
+    match cfg.backend {
+        BackendKind::Raw if by_name => {
+            let preferred = link_local_of(iface);
+            let mut rest: Vec<IpAddr> = iface.ips.iter().copied().filter(|a| *a != ip).collect();
+            // (the link-local address of GID 0 first among the link-local ones)
+            rest.sort_by_key(|a| (a.is_ipv6(), is_link_local(a), Some(*a) != preferred));
+            ips.extend(rest);
+        }
+        BackendKind::Udp if by_name => ips.extend(link_local_of(iface).filter(|a| *a != ip)),
+        _ => {}
     }
     ips
 }
@@ -761,7 +797,7 @@ impl DeviceInfo {
         let node_guid =
             u64::from_be_bytes(Gid::link_local_from_mac(mac).0[8..].try_into().unwrap_or_default());
         let addresses = served_ips(cfg, &iface, ip);
-        let gids = gid_table(&iface, &addresses);
+        let gids = gid_table(&addresses);
         let active = active_mtu_for_netdev(iface.mtu);
         Ok(DeviceInfo {
             name: cfg.name.clone().unwrap_or_else(|| "softroce0".into()),
@@ -849,38 +885,38 @@ impl Device {
                 vec![Box::new(b)]
             }
             BackendKind::Udp if cfg.share && cfg.port != 0 => {
-                use super::backend::udp::UdpBackend;
-                let j = super::share::Share::join(ip, cfg.port, threads).map_err(|e| match e {
-                    super::share::JoinError::Io(source, _) => {
-                        Error::Bind { addr: std::net::SocketAddr::new(ip, cfg.port), source }
-                    }
+                use super::backend::udp::{UdpBackend, local_socket_addr};
+                let addrs: Vec<_> =
+                    info.addresses.iter().map(|a| local_socket_addr(*a, cfg.port, info.ifindex)).collect();
+                let here = addrs[0];
+                let mut j = super::share::Share::join(&addrs, threads).map_err(|e| match e {
+                    super::share::JoinError::Io(source, _) => Error::Bind { addr: here, source },
                     other => Error::Bind {
-                        addr: std::net::SocketAddr::new(ip, cfg.port),
+                        addr: here,
                         source: std::io::Error::new(std::io::ErrorKind::AddrInUse, other.to_string()),
                     },
                 })?;
-                let mut j = j;
                 let sockets = std::mem::take(&mut j.sockets);
                 joining = Some(j);
                 let mut v: Vec<Box<dyn super::backend::Backend>> = Vec::with_capacity(threads);
                 for s in sockets {
-                    let b =
-                        UdpBackend::from_shared(s, ip, cfg.port, cfg.gso, rx.clone()).map_err(|source| {
-                            Error::Bind { addr: std::net::SocketAddr::new(ip, cfg.port), source }
-                        })?;
+                    let b = UdpBackend::from_shared(s, cfg.gso, rx.clone())
+                        .map_err(|(addr, source)| Error::Bind { addr, source })?;
                     v.push(Box::new(b));
                 }
                 v
             }
             BackendKind::Udp => {
-                use super::backend::udp::UdpBackend;
+                use super::backend::udp::{UdpBackend, local_socket_addr};
+                let addrs: Vec<_> =
+                    info.addresses.iter().map(|a| local_socket_addr(*a, cfg.port, info.ifindex)).collect();
                 let group = if threads > 1 {
-                    UdpBackend::group(ip, cfg.port, cfg.gso, rx.clone(), threads)
+                    UdpBackend::group(&addrs, cfg.gso, rx.clone(), threads)
                 } else {
-                    UdpBackend::new(ip, cfg.port, cfg.gso, rx.clone()).map(|b| vec![b])
+                    UdpBackend::new(&addrs, cfg.gso, rx.clone()).map(|b| vec![b])
                 };
                 group
-                    .map_err(|source| Error::Bind { addr: std::net::SocketAddr::new(ip, cfg.port), source })?
+                    .map_err(|(addr, source)| Error::Bind { addr, source })?
                     .into_iter()
                     .map(|b| Box::new(b) as Box<dyn super::backend::Backend>)
                     .collect()
@@ -1074,9 +1110,18 @@ impl Device {
     /// assert_eq!(dev.gid(index)?, Gid::from_ip(dev.ip()));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    ///
+    /// An address listed twice (a device without a link-local address has its own address at
+    /// index 0 and 1) gives its entry past index 0: the index it would have without the copy.
     pub fn gid_index_for(&self, ip: IpAddr) -> Option<GidIndex> {
         let g = Gid::from_ip(ip);
-        let i = self.shared.gids.iter().position(|x| *x == g)?;
+        let gids = &self.shared.gids;
+        let i = gids
+            .iter()
+            .skip(1)
+            .position(|x| *x == g)
+            .map(|i| i + 1)
+            .or_else(|| gids.iter().position(|x| *x == g))?;
         u8::try_from(i).ok().map(GidIndex::new)
     }
     /// Every local address the device sends from and receives on (the first is
@@ -1313,5 +1358,90 @@ impl DeviceCounters {
             ("share_steerings", self.share_steerings),
             ("share_probe_retries", self.share_probe_retries),
         ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn veth() -> Iface {
+        Iface {
+            name: "veth0".into(),
+            index: 7,
+            loopback: false,
+            mac: [0x52, 0x54, 0x00, 0x12, 0x34, 0x56],
+            ips: vec![ip("10.0.0.1"), ip("fe80::5054:ff:fe12:3456"), ip("fd00::1"), ip("10.0.0.9")],
+            mtu: 1500,
+        }
+    }
+
+    fn served(address: &str, backend: BackendKind, iface: &Iface) -> Vec<IpAddr> {
+        let cfg = DeviceConfig::new(address).with_backend(backend);
+        let own = address.parse().unwrap_or(ip("10.0.0.1"));
+        served_ips(&cfg, iface, own)
+    }
+
+    #[test]
+    fn an_interface_device_serves_its_link_local_address_as_gid_0() {
+        let ll = ip("fe80::5054:ff:fe12:3456");
+        // UDP: the IPv4 address and the link-local one.
+        let udp = served("veth0", BackendKind::Udp, &veth());
+        assert_eq!(udp, vec![ip("10.0.0.1"), ll]);
+        assert_eq!(gid_table(&udp), vec![Gid::from_ip(ll), Gid::from_ip(ip("10.0.0.1"))]);
+        // Raw: every address, the link-local one at 0 only (rxe's table for an EUI-64
+        // link-local address).
+        let raw = served("veth0", BackendKind::Raw, &veth());
+        assert_eq!(raw, vec![ip("10.0.0.1"), ip("10.0.0.9"), ip("fd00::1"), ll]);
+        let gids: Vec<IpAddr> = gid_table(&raw).iter().map(|g| g.to_ip()).collect();
+        assert_eq!(gids, vec![ll, ip("10.0.0.1"), ip("10.0.0.9"), ip("fd00::1")]);
+    }
+
+    #[test]
+    fn a_device_without_a_link_local_address_lists_its_own_at_0_and_1() {
+        let own = Gid::from_ip(ip("10.0.0.1"));
+        // Opened on one address (any backend), or on an interface without IPv6.
+        for backend in [BackendKind::Udp, BackendKind::Raw] {
+            let one = served("10.0.0.1", backend, &veth());
+            assert_eq!(one, vec![ip("10.0.0.1")]);
+            assert_eq!(gid_table(&one), vec![own, own]);
+        }
+        let mut v4_only = veth();
+        v4_only.ips.retain(|a| a.is_ipv4());
+        assert_eq!(gid_table(&served("veth0", BackendKind::Udp, &v4_only)), vec![own, own]);
+        // Loopback.
+        let lo = Gid::from_ip(ip("127.0.0.7"));
+        assert_eq!(gid_table(&[ip("127.0.0.7")]), vec![lo, lo]);
+        // A device on a link-local address: that address, once.
+        assert_eq!(gid_table(&[ip("fe80::1")]), vec![Gid::from_ip(ip("fe80::1"))]);
+    }
+
+    #[test]
+    fn gid_0_prefers_the_eui64_link_local_address() {
+        // A stable-privacy link-local address first, the EUI-64 one (rxe's default GID) too.
+        let mut i = veth();
+        i.ips = vec![ip("10.0.0.1"), ip("fe80::1234:5678:9abc:def0"), ip("fe80::5054:ff:fe12:3456")];
+        assert_eq!(link_local_of(&i), Some(ip("fe80::5054:ff:fe12:3456")));
+        let raw = served("veth0", BackendKind::Raw, &i);
+        assert_eq!(gid_table(&raw)[0], Gid::from_ip(ip("fe80::5054:ff:fe12:3456")));
+        // Only a stable-privacy one: that one.
+        i.ips.pop();
+        assert_eq!(link_local_of(&i), Some(ip("fe80::1234:5678:9abc:def0")));
+    }
+
+    #[test]
+    fn addresses_that_failed_duplicate_detection_are_found() {
+        let text = "\
+fe80000000000000505400fffe123456 07 40 20 80    veth0
+fe800000000000000000000000000001 07 40 20 c8    veth0
+fd000000000000000000000000000001 07 40 00 48    veth0
+00000000000000000000000000000001 01 80 10 80       lo
+";
+        assert_eq!(dad_failed(text), vec![(7, ip("fe80::1")), (7, ip("fd00::1"))]);
+        assert_eq!(dad_failed("garbage\n\n1 2"), vec![]);
     }
 }

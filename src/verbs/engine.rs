@@ -761,20 +761,29 @@ impl Core {
                     flush(backend.as_mut(), tx, &mut batch, &shared);
                     pos = 0;
                 }
+                // UD: where the next work request's address handle points, from the UDP source
+                // port rxe gives the QP. A send that cannot leave (its handle destroyed after
+                // the post) ends in an error completion, never in silence.
+                let ud_route = match slot.qp.next_ud_dest() {
+                    Some(ud) => {
+                        let route = ahs.get_or_insert_with(|| shared.ahs.read()).get(&ud.ah).and_then(|ah| {
+                            path_to(&shared.addresses, &shared.gids, &ah.av, ud_udp_sport(qpn), port)
+                        });
+                        if route.is_none() {
+                            slot.qp.counters_mut().send_err += 1;
+                            slot.qp.fail_next_ud_send();
+                            break;
+                        }
+                        route
+                    }
+                    None => None,
+                };
                 let Some(t) = slot.qp.poll_transmit(now, &*mrs, &mut tx[pos..pos + MAX_PKT]) else { break };
                 n += 1;
                 sent = true;
-                let route = match t.ud {
-                    // UD: where the work request's address handle points, from the UDP
-                    // source port rxe gives the QP.
-                    Some(ud) => ahs.get_or_insert_with(|| shared.ahs.read()).get(&ud.ah).and_then(|ah| {
-                        path_to(&shared.addresses, &shared.gids, &ah.av, ud_udp_sport(qpn), port)
-                    }),
-                    None => slot.path,
-                };
+                let route = if t.ud.is_some() { ud_route } else { slot.path };
                 let Some(path) = &route else {
-                    // No route: an address handle destroyed after the post (a connected QP
-                    // without address vector cannot get here).
+                    // (A connected QP sends only once it has a path.)
                     slot.qp.counters_mut().send_err += 1;
                     continue;
                 };
@@ -1077,10 +1086,10 @@ impl State {
             && dest != GSI_QPN
             && let Some(share) = &self.shared.share
         {
-            match share.owner_of_qpn(dest) {
+            match share.owner_of_qpn(dest, d.dst) {
                 super::share::Owner::Mine => {}
-                super::share::Owner::Peer(slot) => {
-                    share.pass_on(slot, &d);
+                super::share::Owner::Peer(i, slot) => {
+                    share.pass_on(i, slot, &d);
                     return;
                 }
                 super::share::Owner::Gone => {
@@ -1178,9 +1187,9 @@ impl State {
         // listener it is for may be another's.
         if origin == Origin::Socket
             && let Some(share) = &self.shared.share
-            && let super::share::Owner::Peer(slot) = share.owner_of_mad(p.payload(), d.dst)
+            && let super::share::Owner::Peer(i, slot) = share.owner_of_mad(p.payload(), d.dst)
         {
-            share.pass_on(slot, d);
+            share.pass_on(i, slot, d);
             return;
         }
         let from = MadAddr {

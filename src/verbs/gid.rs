@@ -76,16 +76,20 @@ impl From<Ipv4Addr> for Gid {
 
 /// An index into a device's GID table (`sgid_index`, `-g`, `-x`).
 ///
-/// softroce's table is laid out as kernel rxe's: index 0 is the link-local default GID, the
-/// device's own addresses follow (for a device opened on an IPv4 address, index 1 is that
-/// address: the index perftest and `-g 1` users pass). Rather than writing the number, ask the
-/// device: [`crate::verbs::Device::default_gid_index`] (its own address) or
+/// softroce's table is laid out as kernel rxe's: index 0 is the default GID, the interface's
+/// IPv6 link-local address for a device opened on an interface, and the device's own addresses
+/// follow (index 1 is its IPv4 address: the index perftest and `-g 1` users pass). A device
+/// that serves no link-local address (loopback, a device opened on one address) lists its own
+/// address at index 0 as well: every entry is an address the device sends from and receives
+/// on. Rather than writing the number, ask the device:
+/// [`crate::verbs::Device::default_gid_index`] (its own address) or
 /// [`crate::verbs::Device::gid_index_for`] (a given local address).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub struct GidIndex(u8);
 
 impl GidIndex {
-    /// Index 0: the link-local default GID every port has.
+    /// Index 0: the default GID every port has (the link-local address where the device
+    /// serves one, else the device's own address, as at index 1).
     pub const LINK_LOCAL: GidIndex = GidIndex(0);
 
     /// Wraps a raw index (checked against the table when used).

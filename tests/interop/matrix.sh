@@ -252,6 +252,36 @@ ppx() {
         "ibv_${t}_pingpong $args $HOST" "$SR $t-pingpong $extra -d $HOST $args" "$PP_OK"
 }
 
+# gid0 PREFIX [SR-EXTRA]: GID index 0, what programs told nothing use. On rxe it is the guest's
+#   link-local address; softroce opened on the interface (-d br0, SOFTROCE_DEVICES=br0) serves
+#   br0's link-local address as its GID 0 (docs/design/gid-table.md). ibv_rc_pingpong -g 0
+#   against softroce rc-pingpong -d br0 -g 0, both directions; over the UDP backend also
+#   Debian's ibv_rc_pingpong (both directions) and ibv_ud_pingpong through the drop-in library.
+#   PMTU 1024. The capture checks look at softroce's IPv6 packets.
+gid0() {
+    local prefix=$1 extra=${2:-} ll args="-g 0 -s 4096 -n 200 -c" what="SEND 4096 B, GID 0 (link-local)"
+    ll=$("$RIG" host "ip -6 -o addr show dev br0 scope link" | awk '{ sub("/.*", "", $4); print $4; exit }')
+    if [ -z "$ll" ]; then
+        say "$prefix: br0 has no link-local address; GID 0 rows skipped"; FAIL=$((FAIL + 1)); return
+    fi
+    SRC_FILTER="ipv6.src==$ll"
+    rxe_port=18515 run "$prefix-sr2rxe" 1024 "" ibv_rc_pingpong "$what" "softroce → rxe" server \
+        "ibv_rc_pingpong $args" "$SR rc-pingpong $extra -d br0 $args $VM" "$PP_OK"
+    rxe_port=18515 run "$prefix-rxe2sr" 1024 "" ibv_rc_pingpong "$what" "rxe → softroce" client \
+        "ibv_rc_pingpong $args $HOST" "$SR rc-pingpong $extra -d br0 $args" "$PP_OK"
+    if [ -z "$extra" ] && LIBDIR=$("$SR" lib-path 2>/dev/null); then
+        local dl="env SOFTROCE_DEVICES=br0 LD_LIBRARY_PATH=$LIBDIR"
+        rxe_port=18515 run "$prefix-abi-rc-sr2rxe" 1024 "" "ibv_rc_pingpong (drop-in lib)" "$what" "softroce → rxe" server \
+            "ibv_rc_pingpong $args" "$dl ibv_rc_pingpong -d softroce0 $args $VM" "$PP_OK"
+        rxe_port=18515 run "$prefix-abi-rc-rxe2sr" 1024 "" "ibv_rc_pingpong (drop-in lib)" "$what" "rxe → softroce" client \
+            "ibv_rc_pingpong $args $HOST" "$dl ibv_rc_pingpong -d softroce0 $args" "$PP_OK"
+        rxe_port=18515 run "$prefix-abi-ud-sr2rxe" 1024 "" "ibv_ud_pingpong (drop-in lib)" "UD SEND 1024 B, GID 0 (link-local)" \
+            "softroce → rxe" server "ibv_ud_pingpong -g 0 -s 1024 -n 200 -c" \
+            "$dl ibv_ud_pingpong -d softroce0 -g 0 -s 1024 -n 200 -c $VM" "$PP_OK"
+    fi
+    SRC_FILTER="ip.src==$HOST"
+}
+
 # perf NAME PMTU NETEM TOOL OPERATION DIR RXE-ARGS SR-ARGS
 #   TOOL: write_bw, read_lat, ...; DIR: sr2rxe (softroce is the client) or rxe2sr.
 perf() {
@@ -319,6 +349,8 @@ for mtu in 1500 9000; do
         need=4 rxe_port=rdma_cm run "kvstore-rxe2sr" $pmtu "" kvpeer "kvstore: SET, RPC + READ gets, 100 each" "rxe → softroce" client \
             "kvpeer -B 100 $HOST set 7 42 get 7 get 40000" "$KV server -a $HOST -n 1" "$KV_OK"
     fi
+    # ---- GID index 0 (the link-local address), softroce opened on br0 (~50 s)
+    [ $pmtu = 1024 ] && gid0 gid0
     # ---- rping (librdmacm, connected through the IB CM over QP1) <-> softroce rping,
     # validated (-V); both print each ping's data (-v)
     if [ $pmtu = 1024 ]; then
@@ -673,6 +705,8 @@ if [[ " $BACKENDS " == *" raw "* ]]; then
     "$RIG" vm 1 "/usr/sbin/ip -6 addr add $VM6/64 dev eth0 nodad" >/dev/null 2>&1 || true
     sleep 1
     g6=$("$RIG" gid 1 | awk -v a="$VM6" '{ g = $2 } g ~ /fd77/ { print $1; exit }')
+    # GID index 0: br0's link-local address, served by the raw backend opened on br0
+    gid0 raw-gid0 "$R"
     # UD and SRQ pingpongs (UC is the RC path without ACKs)
     for t in ud srq; do
         ppx $t 1024 raw-ppx "" "$R"

@@ -3,7 +3,8 @@
 //! through `LD_LIBRARY_PATH`: every exchange must complete and, with `-c`, every received
 //! buffer must hold what the peer wrote.
 //!
-//! Each side gets its own loopback address (`SOFTROCE_DEVICES=127.x.y.z`, GID index 1) and
+//! Each side gets its own loopback address (`SOFTROCE_DEVICES=127.x.y.z`, GID index 1; one test
+//! GID index 0, the same address) and
 //! each test its own TCP port, so the tests run in parallel with each other and the rest of the
 //! suite. Cost: about 1 s per test.
 
@@ -13,14 +14,19 @@ use std::time::Duration;
 
 use common::*;
 
-/// Runs `prog` as server and client with `args`; both must succeed and report `iters`
-/// exchanges.
+/// Runs `prog` as server and client with `args` on GID index 1; both must succeed and report
+/// `iters` exchanges.
 fn pingpong(test: &str, prog: &str, args: &[&str], iters: &str) {
+    pingpong_on(test, prog, "1", args, iters);
+}
+
+/// [`pingpong`] on GID index `gid`.
+fn pingpong_on(test: &str, prog: &str, gid: &str, args: &[&str], iters: &str) {
     let path = format!("/usr/bin/{prog}");
     if !require(test, &[SYSTEM_LIB, &path], "ibverbs-utils") {
         return;
     }
-    let mut all = vec!["-g", "1"];
+    let mut all = vec!["-g", gid];
     all.extend_from_slice(args);
     let (sout, cout) = run_pair(test, prog, &all, "-p", Duration::from_secs(60));
     for out in [&sout, &cout] {
@@ -61,6 +67,14 @@ fn debian_rc_pingpong_sizes() {
         &["-n", "50", "-s", "65536", "-m", "256", "-c"],
         "50",
     );
+}
+
+/// GID index 0 (on loopback, which has no link-local address, the device's own address again):
+/// it must carry traffic like index 1 (it was a link-local GID nobody served: RTR failed).
+#[test]
+fn debian_rc_and_ud_pingpong_on_gid_0() {
+    pingpong_on("debian_rc_pingpong_gid0", "ibv_rc_pingpong", "0", &["-n", "200", "-c"], "200");
+    pingpong_on("debian_ud_pingpong_gid0", "ibv_ud_pingpong", "0", &["-n", "200", "-c"], "200");
 }
 
 #[test]

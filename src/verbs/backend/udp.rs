@@ -1,4 +1,14 @@
-//! The UDP-socket backend: unprivileged, one socket per device bound to `<ip>:4791`.
+//! The UDP-socket backend: unprivileged, a receive socket bound to `<ip>:4791` for each local
+//! address the device serves.
+//!
+//! # Addresses
+//!
+//! A device serves one address or, opened on an interface, two: its IPv4 address and its IPv6
+//! link-local one (GID 0, see [`crate::verbs::device`]). Each gets its own receive socket
+//! (a link-local one bound with the interface as scope, and with `IPV6_FREEBIND` so that an
+//! address still in duplicate address detection binds and starts receiving once it is
+//! usable), and a packet leaves from a socket bound to the address the engine chose as its
+//! source (a link-local destination without a scope gets the interface's).
 //!
 //! # Sending
 //!
@@ -8,13 +18,13 @@
 //! packet with the wrong ICRC silently). Equal-sized packets to one peer go out in one
 //! `sendmsg` with UDP GSO; where the kernel segments them, segment `k` gets identification `k`
 //! and its ICRC is computed for that value. Each RC/UC QP sends from the UDP source port rxe
-//! would give it (`0xC000 | flow label`): a send-only socket per source port; if one cannot
-//! be bound, the receive socket (port 4791) is used instead.
+//! would give it (`0xC000 | flow label`): a send-only socket per source address and port; if
+//! one cannot be bound, that address's receive socket (port 4791) is used instead.
 //!
 //! # Several engines
 //!
-//! A device with `n > 1` engine threads binds `n` receive sockets to `<ip>:4791` with
-//! `SO_REUSEPORT`, one per engine, in engine order, and attaches a classic BPF program to the
+//! A device with `n > 1` engine threads binds `n` receive sockets to each `<ip>:4791` with
+//! `SO_REUSEPORT`, one per engine, in engine order, and attaches a classic BPF program to each
 //! group (`SO_ATTACH_REUSEPORT_CBPF`): for a UDP socket the kernel runs it with the UDP header
 //! pulled (`run_bpf_filter` in `net/core/sock_reuseport.c`, called from the UDP lookup with
 //! `hdr_len = sizeof(struct udphdr)`), so offset 0 is the BTH, and the program returns the
@@ -24,7 +34,7 @@
 //!
 //! # Receiving
 //!
-//! `recvmmsg` with UDP GRO on the 4791 socket. A UDP socket does not show the IPv4
+//! `recvmmsg` with UDP GRO on each 4791 socket, a batch from each per call. A UDP socket does not show the IPv4
 //! identification and flags, which the ICRC covers; the engine recovers them from the ICRC
 //! itself (see [`crate::wire::icrc::recover_ipv4_id`]): the check then detects a random
 //! corruption with probability 1 - 2^-15 instead of 1 - 2^-32. IPv6 packets are checked at full
@@ -32,7 +42,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, IoSliceMut};
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -57,34 +67,50 @@ pub(crate) const RCVBUF: usize = 32 << 20;
 /// opened again if its port is used again).
 pub(crate) const MAX_SENDERS: usize = 256;
 
-/// A send socket bound to one source port, and when it was last used.
+/// A send socket bound to one source address and port, and when it was last used.
 struct Sender {
     sock: Option<(UdpSocket, UdpSocketState)>,
     last_use: u64,
 }
 
-pub(crate) struct UdpBackend {
-    gso: bool,
-    ip: IpAddr,
-    port: u16,
+/// One local address the backend serves: its receive socket (this engine's, in a group).
+struct Local {
+    /// The bound address (a link-local one with its interface as scope).
+    addr: SocketAddr,
     sock: mio::net::UdpSocket,
     state: UdpSocketState,
-    senders: HashMap<u16, Sender>,
+    /// The receive socket's inode, to find its line in `/proc/net/udp{,6}`.
+    inode: Option<u64>,
+    /// The socket's kernel drop count as last added to `rx.socket_drops` (several sockets
+    /// add up there).
+    drops_seen: u64,
+}
+
+pub(crate) struct UdpBackend {
+    gso: bool,
+    port: u16,
+    /// The addresses served, the device's own first.
+    locals: Vec<Local>,
+    senders: HashMap<(IpAddr, u16), Sender>,
     /// Sends so far (the clock of `Sender::last_use`).
     sends: u64,
     bufs: Vec<Vec<u8>>,
     metas: Vec<RecvMeta>,
     rx: Arc<RxCounters>,
-    /// The receive socket's inode, to find its line in `/proc/net/udp`.
-    inode: Option<u64>,
-    /// The receive buffer the kernel granted.
+    /// The first receive socket's buffer, as the kernel granted it.
     rcvbuf: Option<usize>,
     /// Send sockets are bound with `SO_REUSEPORT` (the engines of one device share source
     /// ports).
     reuse_senders: bool,
-    /// The socket's kernel drop count as last added to `rx.socket_drops` (several engines'
-    /// sockets add up there).
-    drops_seen: u64,
+}
+
+/// The address a socket for local address `ip` binds: with `scope` (the interface index) as
+/// its scope when `ip` is IPv6 link-local, which can only be bound on one interface.
+pub(crate) fn local_socket_addr(ip: IpAddr, port: u16, scope: u32) -> SocketAddr {
+    match ip {
+        IpAddr::V6(v6) if v6.is_unicast_link_local() => SocketAddrV6::new(v6, port, 0, scope).into(),
+        _ => SocketAddr::new(ip, port),
+    }
 }
 
 fn bind(addr: SocketAddr) -> io::Result<socket2::Socket> {
@@ -92,17 +118,45 @@ fn bind(addr: SocketAddr) -> io::Result<socket2::Socket> {
 }
 
 /// Binds a UDP socket to `addr`, with `SO_REUSEPORT` when `reuse_port`.
-fn bind_with(addr: SocketAddr, reuse_port: bool) -> io::Result<socket2::Socket> {
+///
+/// IPv6: `UDP_NO_CHECK6_RX`, since kernel rxe sends RoCEv2 over IPv6 with UDP checksum 0 (its
+/// own tunnel socket accepts that; the ICRC covers the packet) and an ordinary UDPv6 socket
+/// drops such datagrams (counted in the kernel's `Udp6InCsumErrors`). A link-local address
+/// binds with `IPV6_FREEBIND`: one still in duplicate address detection (tentative, the first
+/// second or two after its interface came up) cannot be bound otherwise; the socket receives
+/// once the address is usable.
+pub(crate) fn bind_with(addr: SocketAddr, reuse_port: bool) -> io::Result<socket2::Socket> {
     let domain = if addr.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 };
     let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
-    if addr.is_ipv6() {
+    if let SocketAddr::V6(v6) = addr {
         s.set_only_v6(true)?;
+        set_udp_option(&s, libc::UDP_NO_CHECK6_RX)?;
+        if v6.ip().is_unicast_link_local() {
+            s.set_freebind_v6(true)?;
+        }
     }
     if reuse_port {
         s.set_reuse_port(true)?;
     }
     s.bind(&addr.into())?;
     Ok(s)
+}
+
+/// Turns on the `SOL_UDP` option `name` of `s`.
+fn set_udp_option(s: &socket2::Socket, name: libc::c_int) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let one: libc::c_int = 1;
+    // SAFETY: a plain int option; the kernel reads `size_of::<c_int>()` bytes from `&one`.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_UDP,
+            name,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 /// The classic BPF program that picks the socket of the engine owning a packet's destination
@@ -166,37 +220,45 @@ fn with_icrc_for_port(out: &Outgoing<'_>, port: u16) -> Vec<u8> {
     buf
 }
 
+/// An address that could not be bound, and why.
+pub(crate) type BindError = (SocketAddr, io::Error);
+
 impl UdpBackend {
-    /// Binds `<ip>:<port>`.
-    pub(crate) fn new(ip: IpAddr, port: u16, gso: bool, rx: Arc<RxCounters>) -> io::Result<UdpBackend> {
-        let s = bind(SocketAddr::new(ip, port))?;
-        UdpBackend::from_socket(s, ip, port, gso, rx)
+    /// Binds each of `addrs` (port 0: one the kernel picks for the first address, the same
+    /// for the others).
+    pub(crate) fn new(addrs: &[SocketAddr], gso: bool, rx: Arc<RxCounters>) -> Result<UdpBackend, BindError> {
+        let mut socks = Vec::with_capacity(addrs.len());
+        for addr in with_common_port(addrs)? {
+            socks.push((addr, bind(addr).map_err(|e| (addr, e))?));
+        }
+        UdpBackend::from_sockets(socks, gso, rx)
     }
 
-    /// `n` backends whose receive sockets share `<ip>:<port>` (`SO_REUSEPORT`, bound in
+    /// `n` backends whose receive sockets share each of `addrs` (`SO_REUSEPORT`, bound in
     /// order), with the kernel steering each packet to the socket of index `DestQP % n`.
-    /// Fails, as one socket would, when the address is in use (by any socket).
+    /// Fails, as one socket would, when an address is in use (by any socket).
     pub(crate) fn group(
-        ip: IpAddr,
-        port: u16,
+        addrs: &[SocketAddr],
         gso: bool,
         rx: Arc<RxCounters>,
         n: usize,
-    ) -> io::Result<Vec<UdpBackend>> {
-        let addr = SocketAddr::new(ip, port);
-        // A plain bind first: it fails if anything holds the address (another device's
-        // group included), which a SO_REUSEPORT bind would join instead; it also picks the
-        // port when `port` is 0.
-        let bound = bind(addr)?.local_addr()?.as_socket().map_or(port, |a| a.port());
-        let addr = SocketAddr::new(ip, bound);
-        let mut socks = Vec::with_capacity(n);
-        for _ in 0..n {
-            socks.push(bind_with(addr, true)?);
+    ) -> Result<Vec<UdpBackend>, BindError> {
+        // A plain bind first (`with_common_port`): it fails if anything holds the address
+        // (another device's group included), which a SO_REUSEPORT bind would join instead;
+        // it also picks the port when it is 0.
+        // socks[engine] = that engine's socket of each address.
+        let mut socks: Vec<Vec<(SocketAddr, socket2::Socket)>> = (0..n).map(|_| Vec::new()).collect();
+        for addr in with_common_port(addrs)? {
+            for engine in socks.iter_mut() {
+                engine.push((addr, bind_with(addr, true).map_err(|e| (addr, e))?));
+            }
+            if let Some((_, s)) = socks.first().and_then(|e| e.last()) {
+                attach_steering(s, n as u32).map_err(|e| (addr, e))?;
+            }
         }
-        attach_steering(&socks[0], n as u32)?;
         let mut group = Vec::with_capacity(n);
         for s in socks {
-            let mut b = UdpBackend::from_socket(s, ip, port, gso, rx.clone())?;
+            let mut b = UdpBackend::from_sockets(s, gso, rx.clone())?;
             // Two QPs of the device on different engines may send from the same source port
             // (an RC pair connected to each other always does: the port hashes both QPNs):
             // each engine binds its own send socket to it. Without SO_REUSEPORT the second
@@ -208,68 +270,72 @@ impl UdpBackend {
         Ok(group)
     }
 
-    /// A backend on `s`, a socket of a shared address's group ([`crate::verbs::share`]): its
-    /// send sockets too are bound with `SO_REUSEPORT`, since other processes' QPs on the
-    /// address may send from the same source ports.
+    /// Backends on sockets of a shared address's groups ([`crate::verbs::share`]), one per
+    /// address: their send sockets too are bound with `SO_REUSEPORT`, since other processes'
+    /// QPs on the address may send from the same source ports.
     pub(crate) fn from_shared(
-        s: socket2::Socket,
-        ip: IpAddr,
-        port: u16,
+        socks: Vec<(SocketAddr, socket2::Socket)>,
         gso: bool,
         rx: Arc<RxCounters>,
-    ) -> io::Result<UdpBackend> {
-        let mut b = UdpBackend::from_socket(s, ip, port, gso, rx)?;
+    ) -> Result<UdpBackend, BindError> {
+        let mut b = UdpBackend::from_sockets(socks, gso, rx)?;
         b.reuse_senders = true;
         Ok(b)
     }
 
-    /// A backend on bound socket `s` (`port`: the device's port, what packets are sent to).
-    fn from_socket(
-        s: socket2::Socket,
-        ip: IpAddr,
-        port: u16,
+    /// A backend on bound sockets `socks`, one per local address (the port of the first is
+    /// the device's port, what packets are sent to).
+    fn from_sockets(
+        socks: Vec<(SocketAddr, socket2::Socket)>,
         gso: bool,
         rx: Arc<RxCounters>,
-    ) -> io::Result<UdpBackend> {
-        s.set_nonblocking(true)?;
-        set_recv_buffer(&s, RCVBUF);
-        let rcvbuf = s.recv_buffer_size().ok();
-        let inode = socket_inode(&s);
-        let std_sock: UdpSocket = s.into();
-        let state = UdpSocketState::new((&std_sock).into())?;
-        let sock = mio::net::UdpSocket::from_std(std_sock);
+    ) -> Result<UdpBackend, BindError> {
+        let port = socks.first().map_or(0, |(a, _)| a.port());
+        let mut locals = Vec::with_capacity(socks.len());
+        let mut rcvbuf = None;
+        for (addr, s) in socks {
+            s.set_nonblocking(true).map_err(|e| (addr, e))?;
+            set_recv_buffer(&s, RCVBUF);
+            if locals.is_empty() {
+                rcvbuf = s.recv_buffer_size().ok();
+            }
+            let inode = socket_inode(&s);
+            let std_sock: UdpSocket = s.into();
+            let state = UdpSocketState::new((&std_sock).into()).map_err(|e| (addr, e))?;
+            let sock = mio::net::UdpSocket::from_std(std_sock);
+            locals.push(Local { addr, sock, state, inode, drops_seen: 0 });
+        }
         Ok(UdpBackend {
             gso,
-            ip,
             port,
-            sock,
-            state,
+            locals,
             senders: HashMap::new(),
             sends: 0,
             bufs: (0..BATCH).map(|_| vec![0u8; SLOT]).collect(),
             metas: vec![RecvMeta::default(); BATCH],
             rx,
-            inode,
             rcvbuf,
             reuse_senders: false,
-            drops_seen: 0,
         })
     }
 
-    /// The send socket for a source port, created on first use (blocking, large buffer); the
-    /// least recently used one is closed when [`MAX_SENDERS`] are open.
-    fn sender(&mut self, port: u16) -> Option<&(UdpSocket, UdpSocketState)> {
+    /// The send socket for a source address and port, created on first use (blocking, large
+    /// buffer); the least recently used one is closed when [`MAX_SENDERS`] are open.
+    fn sender(&mut self, local: SocketAddr, port: u16) -> Option<&(UdpSocket, UdpSocketState)> {
         self.sends += 1;
-        if !self.senders.contains_key(&port) && self.senders.len() >= MAX_SENDERS {
-            let oldest = self.senders.iter().min_by_key(|(_, s)| s.last_use).map(|(p, _)| *p);
-            if let Some(p) = oldest {
-                self.senders.remove(&p);
+        let key = (local.ip(), port);
+        if !self.senders.contains_key(&key) && self.senders.len() >= MAX_SENDERS {
+            let oldest = self.senders.iter().min_by_key(|(_, s)| s.last_use).map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                self.senders.remove(&k);
             }
         }
-        let (ip, reuse) = (self.ip, self.reuse_senders);
-        let entry = self.senders.entry(port).or_insert_with(|| Sender {
+        let reuse = self.reuse_senders;
+        let entry = self.senders.entry(key).or_insert_with(|| Sender {
             sock: (|| {
-                let s = bind_with(SocketAddr::new(ip, port), reuse).ok()?;
+                let mut addr = local;
+                addr.set_port(port);
+                let s = bind_with(addr, reuse).ok()?;
                 let _ = s.set_send_buffer_size(8 << 20);
                 let _ = s.set_recv_buffer_size(4096);
                 let sock: UdpSocket = s.into();
@@ -283,35 +349,81 @@ impl UdpBackend {
     }
 }
 
+/// `addrs` with port 0 replaced by the port the kernel gives a first bind (the same for
+/// all); every address is bound once (and let go), so that one in use fails here.
+fn with_common_port(addrs: &[SocketAddr]) -> Result<Vec<SocketAddr>, BindError> {
+    let mut port = addrs.first().map_or(0, |a| a.port());
+    let mut out = Vec::with_capacity(addrs.len());
+    for a in addrs {
+        let mut a = *a;
+        a.set_port(port);
+        let s = bind(a).map_err(|e| (a, e))?;
+        port = s.local_addr().ok().and_then(|b| b.as_socket()).map_or(port, |b| b.port());
+        a.set_port(port);
+        out.push(a);
+    }
+    Ok(out)
+}
+
 impl Backend for UdpBackend {
     fn port(&self) -> u16 {
         self.port
     }
 
     fn recv(&mut self, f: &mut dyn FnMut(Datagram<'_>)) -> io::Result<usize> {
-        let mut slices: Vec<IoSliceMut<'_>> = self.bufs.iter_mut().map(|b| IoSliceMut::new(b)).collect();
-        let n = match self.state.recv((&self.sock).into(), &mut slices, &mut self.metas) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
-            Err(e) => return Err(e),
-        };
-        drop(slices);
         let mut count = 0;
-        for (meta, buf) in self.metas[..n].iter().zip(&self.bufs) {
-            let dst = meta.dst_ip.unwrap_or(self.ip);
-            let ecn = meta.ecn.map_or(0, |e| e as u8);
-            let stride = meta.stride.max(1);
-            for seg in buf[..meta.len].chunks(stride) {
-                f(Datagram { payload: seg, src: meta.addr, dst, dst_port: self.port, ecn, ip_header: None });
-                count += 1;
+        let mut first_err = None;
+        // A batch from each address's socket.
+        for local in &self.locals {
+            let mut slices: Vec<IoSliceMut<'_>> = self.bufs.iter_mut().map(|b| IoSliceMut::new(b)).collect();
+            let n = match local.state.recv((&local.sock).into(), &mut slices, &mut self.metas) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                    continue;
+                }
+            };
+            drop(slices);
+            for (meta, buf) in self.metas[..n].iter().zip(&self.bufs) {
+                let dst = meta.dst_ip.unwrap_or(local.addr.ip());
+                let ecn = meta.ecn.map_or(0, |e| e as u8);
+                let stride = meta.stride.max(1);
+                for seg in buf[..meta.len].chunks(stride) {
+                    f(Datagram {
+                        payload: seg,
+                        src: meta.addr,
+                        dst,
+                        dst_port: self.port,
+                        ecn,
+                        ip_header: None,
+                    });
+                    count += 1;
+                }
             }
         }
-        Ok(count)
+        match first_err {
+            Some(e) if count == 0 => Err(e),
+            _ => Ok(count),
+        }
     }
 
     fn send(&mut self, out: Outgoing<'_>) -> io::Result<()> {
+        let Some(i) = self.locals.iter().position(|l| l.addr.ip() == out.src_ip) else {
+            // (The engine sends only from the device's addresses.)
+            return Err(io::Error::from(io::ErrorKind::AddrNotAvailable));
+        };
+        let local = self.locals[i].addr;
+        let mut destination = out.dst;
+        // A link-local destination is reachable only through our interface.
+        if let (SocketAddr::V6(d), SocketAddr::V6(l)) = (&mut destination, local)
+            && d.ip().is_unicast_link_local()
+            && d.scope_id() == 0
+        {
+            d.set_scope_id(l.scope_id());
+        }
         let mut transmit = Transmit {
-            destination: out.dst,
+            destination,
             ecn: quinn_udp::EcnCodepoint::from_bits(out.tos & 3),
             contents: out.contents,
             segment_size: (out.contents.len() > out.segment_size).then_some(out.segment_size),
@@ -319,7 +431,7 @@ impl Backend for UdpBackend {
         };
         let rebuilt;
         if out.src_port != self.port {
-            if let Some((sock, state)) = self.sender(out.src_port) {
+            if let Some((sock, state)) = self.sender(local, out.src_port) {
                 return state.try_send(sock.into(), &transmit);
             }
             // The port cannot be bound (another socket holds it): the packets leave from the
@@ -330,8 +442,9 @@ impl Backend for UdpBackend {
             self.rx.send_port_fallback.fetch_add(1, Ordering::Relaxed);
         }
         // The receive socket is non-blocking: wait out a full buffer.
+        let local = &self.locals[i];
         loop {
-            match self.state.try_send((&self.sock).into(), &transmit) {
+            match local.state.try_send((&local.sock).into(), &transmit) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
                 r => return r,
             }
@@ -339,11 +452,17 @@ impl Backend for UdpBackend {
     }
 
     fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {
-        registry.register(&mut self.sock, token, mio::Interest::READABLE)
+        for local in &mut self.locals {
+            registry.register(&mut local.sock, token, mio::Interest::READABLE)?;
+        }
+        Ok(())
     }
 
     fn max_segments(&self) -> usize {
-        if self.gso { self.state.max_gso_segments().clamp(1, 64) } else { 1 }
+        match self.locals.iter().map(|l| l.state.max_gso_segments()).min() {
+            Some(n) if self.gso => n.clamp(1, 64),
+            _ => 1,
+        }
     }
 
     fn gso_numbers_ip_id(&self) -> bool {
@@ -355,12 +474,14 @@ impl Backend for UdpBackend {
     }
 
     fn refresh_counters(&mut self) {
-        let table = if self.ip.is_ipv4() { "/proc/self/net/udp" } else { "/proc/self/net/udp6" };
-        if let Some(drops) = self.inode.and_then(|i| socket_drops(table, i))
-            && drops > self.drops_seen
-        {
-            self.rx.socket_drops.fetch_add(drops - self.drops_seen, Ordering::Relaxed);
-            self.drops_seen = drops;
+        for local in &mut self.locals {
+            let table = if local.addr.is_ipv4() { "/proc/self/net/udp" } else { "/proc/self/net/udp6" };
+            if let Some(drops) = local.inode.and_then(|i| socket_drops(table, i))
+                && drops > local.drops_seen
+            {
+                self.rx.socket_drops.fetch_add(drops - local.drops_seen, Ordering::Relaxed);
+                local.drops_seen = drops;
+            }
         }
     }
 }
@@ -458,13 +579,14 @@ mod tests {
         // QPs come and go, each with its own source port: the socket cache must not keep
         // one descriptor per port ever used (a soak run leaked one per replaced QP).
         let rx = Arc::new(RxCounters::default());
-        let mut b = UdpBackend::new("127.0.0.1".parse().unwrap(), 0, false, rx).unwrap();
+        let local: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let mut b = UdpBackend::new(&[local], false, rx).unwrap();
         for port in 0..(MAX_SENDERS as u16 + 300) {
-            let _ = b.sender(0xc000 + port);
+            let _ = b.sender(local, 0xc000 + port);
         }
         assert!(b.senders.len() <= MAX_SENDERS, "{} send sockets", b.senders.len());
         // The most recent ports are still there.
-        assert!(b.senders.contains_key(&(0xc000 + MAX_SENDERS as u16 + 299)));
+        assert!(b.senders.contains_key(&(local.ip(), 0xc000 + MAX_SENDERS as u16 + 299)));
     }
 
     #[test]
@@ -473,9 +595,9 @@ mod tests {
         // q % 3, whatever the source; a datagram too short for the program reaches socket 0.
         let rx = Arc::new(RxCounters::default());
         let ip: IpAddr = "127.0.0.1".parse().unwrap();
-        let group = UdpBackend::group(ip, 0, false, rx, 3).unwrap();
-        let port = group[0].sock.local_addr().unwrap().port();
-        assert!(group.iter().all(|b| b.sock.local_addr().unwrap().port() == port));
+        let group = UdpBackend::group(&[SocketAddr::new(ip, 0)], false, rx, 3).unwrap();
+        let port = group[0].port;
+        assert!(group.iter().all(|b| b.locals[0].sock.local_addr().unwrap().port() == port));
         let from = [UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap()];
         let qpns = [0x11u32, 0x12, 0x13, 0x14, 0xff_fffe, 0x80_0000, 1, 0x1234];
         for (k, q) in qpns.iter().enumerate() {
@@ -490,7 +612,7 @@ mod tests {
         for (i, b) in group.iter().enumerate() {
             let mut got = Vec::new();
             let mut buf = [0u8; 64];
-            while let Ok((n, _)) = b.sock.recv_from(&mut buf) {
+            while let Ok((n, _)) = b.locals[0].sock.recv_from(&mut buf) {
                 got.push(if n >= 8 { u32::from_be_bytes([0, buf[5], buf[6], buf[7]]) } else { u32::MAX });
             }
             let mut want: Vec<u32> = qpns.iter().copied().filter(|q| *q as usize % 3 == i).collect();
@@ -501,6 +623,91 @@ mod tests {
             want.sort_unstable();
             assert_eq!(got, want, "socket {i}");
         }
+    }
+
+    #[test]
+    fn each_served_address_receives_and_sends_from_itself() {
+        // Two addresses (an IPv4 and an IPv6 one, as a device on an interface has), one port
+        // picked for both: a datagram to either arrives with its destination, and a send leaves
+        // from the address the engine names, from the source port asked for.
+        let rx = Arc::new(RxCounters::default());
+        let addrs: [SocketAddr; 2] = ["127.0.0.1:0".parse().unwrap(), "[::1]:0".parse().unwrap()];
+        let Ok(mut b) = UdpBackend::new(&addrs, false, rx) else {
+            eprintln!("no IPv6 loopback here: skipped");
+            return;
+        };
+        let port = b.port;
+        assert_ne!(port, 0);
+        assert!(b.locals.iter().all(|l| l.addr.port() == port));
+        let peers = [UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("[::1]:0").unwrap()];
+        for (p, a) in peers.iter().zip(&addrs) {
+            p.send_to(&[0x64; 16], (a.ip(), port)).unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut got = Vec::new();
+        b.recv(&mut |d| got.push((d.src, d.dst, d.payload.len()))).unwrap();
+        got.sort();
+        let mut want: Vec<_> =
+            peers.iter().zip(&addrs).map(|(p, a)| (p.local_addr().unwrap(), a.ip(), 16)).collect();
+        want.sort();
+        assert_eq!(got, want);
+        // A source port free on both addresses right now (a fixed one may be another test's).
+        let sport = (0..100)
+            .find_map(|_| {
+                let v4 = UdpSocket::bind("127.0.0.1:0").ok()?;
+                let p = v4.local_addr().ok()?.port();
+                UdpSocket::bind(("::1", p)).ok().map(|_| p)
+            })
+            .unwrap();
+        for (p, a) in peers.iter().zip(&addrs) {
+            let contents = [0x17u8; 24];
+            let out = Outgoing {
+                dst: p.local_addr().unwrap(),
+                src_ip: a.ip(),
+                src_port: sport,
+                contents: &contents,
+                segment_size: contents.len(),
+                tos: 0,
+                hop_limit: 64,
+                flow_label: 0,
+            };
+            b.send(out).unwrap();
+            let mut buf = [0u8; 64];
+            p.set_read_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
+            let (n, from) = p.recv_from(&mut buf).unwrap();
+            assert_eq!((n, from), (24, SocketAddr::new(a.ip(), sport)));
+        }
+        // An address the backend does not serve is refused, not used.
+        let stray = Outgoing {
+            dst: peers[0].local_addr().unwrap(),
+            src_ip: "127.0.0.2".parse().unwrap(),
+            src_port: 0xc123,
+            contents: &[0; 8],
+            segment_size: 8,
+            tos: 0,
+            hop_limit: 64,
+            flow_label: 0,
+        };
+        assert!(b.send(stray).is_err());
+    }
+
+    #[test]
+    fn ipv6_datagrams_without_a_udp_checksum_are_received() {
+        // Kernel rxe sends RoCEv2 over IPv6 with UDP checksum 0 (the ICRC covers the packet);
+        // an ordinary UDPv6 socket drops those (RFC 8200), rxe's own socket takes them.
+        let rx = Arc::new(RxCounters::default());
+        let Ok(mut b) = UdpBackend::new(&["[::1]:0".parse().unwrap()], false, rx) else {
+            eprintln!("no IPv6 loopback here: skipped");
+            return;
+        };
+        let peer = socket2::Socket::from(UdpSocket::bind("[::1]:0").unwrap());
+        set_udp_option(&peer, libc::UDP_NO_CHECK6_TX).unwrap();
+        let peer = UdpSocket::from(peer);
+        peer.send_to(&[0x64; 16], ("::1", b.port)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut got = 0;
+        b.recv(&mut |d| got += d.payload.len()).unwrap();
+        assert_eq!(got, 16);
     }
 
     #[test]

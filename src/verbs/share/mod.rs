@@ -80,8 +80,8 @@ pub(crate) fn qpn_range(slot: Option<u8>) -> (u32, u32) {
 pub(crate) enum Owner {
     /// This member.
     Mine,
-    /// Member `slot`: pass it on.
-    Peer(u8),
+    /// Member `slot` of address `index`: pass it on.
+    Peer(usize, u8),
     /// Nobody: a member that has gone (its QPs are no more).
     Gone,
 }
@@ -113,24 +113,31 @@ struct Peer {
     pid: u32,
 }
 
-/// A member's part of a shared address (one per shared device).
-pub(crate) struct Share {
-    /// This member's slot.
-    pub slot: u8,
-    uid: u32,
-    ip: IpAddr,
-    port: u16,
-    /// Bit `s`: slot `s` is a member (this one included).
+/// One address a shared device serves (its own, and on an interface its IPv6 link-local
+/// one): each has its own group, members, steering.
+struct Addr {
+    /// The bound address (a link-local one with its interface as scope).
+    sa: SocketAddr,
+    /// Bit `s`: slot `s` has a member on this address (this one included).
     live: AtomicU64,
     peers: RwLock<Vec<Option<Peer>>>,
-    /// Every member's listeners: service ID → (address, slot).
-    listens: RwLock<HashMap<u64, Vec<(IpAddr, u8)>>>,
-    /// Where probe answers leave from.
-    answer: UdpSocket,
-    /// The engine-side I/O (taken by engine 0; `None` once the device closes).
-    io: Mutex<Option<ShareIo>>,
     /// The numbering of the group at the last probe.
     map: Mutex<SocketMap>,
+    /// Where probe answers leave from.
+    answer: UdpSocket,
+}
+
+/// A member's part of a shared address (one per shared device).
+pub(crate) struct Share {
+    /// This member's slot (the same on every address the device serves).
+    pub slot: u8,
+    uid: u32,
+    port: u16,
+    addrs: Vec<Addr>,
+    /// Every member's listeners: service ID → (address, slot, process).
+    listens: RwLock<HashMap<u64, Vec<(IpAddr, u8, u32)>>>,
+    /// The engine-side I/O (taken by engine 0; `None` once the device closes).
+    io: Mutex<Option<ShareIo>>,
     probing: AtomicBool,
     /// When the last probe round was asked for (ns since `epoch`).
     last_reprobe: AtomicU64,
@@ -140,31 +147,37 @@ pub(crate) struct Share {
     pub counters: ShareCounters,
 }
 
-/// What engine 0 polls: the member's listener and its connections.
+/// What engine 0 polls: the member's listeners and its connections.
 pub(crate) struct ShareIo {
-    listener: Socket,
+    /// This member's listener on each address (token `LISTENER + index`).
+    listeners: Vec<Socket>,
     poll: mio::Poll,
     events: mio::Events,
-    /// Connections by token: the peer's slot once known (accepted ones say it in `Hello`).
-    conns: HashMap<usize, (Arc<Socket>, Option<u8>)>,
+    /// Connections by token: the address's index and the peer's slot once known (accepted
+    /// ones say it in `Hello`).
+    conns: HashMap<usize, (Arc<Socket>, usize, Option<u8>)>,
     next_token: usize,
-    /// A handle on one of this member's group sockets, to attach steering programs with.
-    attach: Socket,
+    /// A handle on one of this member's group sockets of each address, to attach steering
+    /// programs with.
+    attach: Vec<Socket>,
     buf: Vec<u8>,
 }
 
-const LISTENER: mio::Token = mio::Token(0);
+/// Tokens of the listeners (one per address); connections get tokens above.
+const LISTENER: usize = 0;
+const FIRST_CONN: usize = 16;
 /// How long a joiner waits for the membership lock.
 const LOCK_PATIENCE: Duration = Duration::from_secs(10);
 
-/// A joining member, before its engines run: its share, the UDP sockets for its engines, and
-/// the membership lock it holds until it has probed ([`Joining::finish`]).
+/// A joining member, before its engines run: its share, the UDP sockets for its engines (for
+/// each engine, one per address), and the membership locks it holds until it has probed
+/// ([`Joining::finish`]).
 pub(crate) struct Joining {
     pub share: Arc<Share>,
-    pub sockets: Vec<Socket>,
-    /// How many sockets this member brought (its engines).
-    sockets_at_join: usize,
-    lock: unix::NameLock,
+    pub sockets: Vec<Vec<(SocketAddr, Socket)>>,
+    /// How many sockets this member brought to each group (its engines).
+    engines: usize,
+    _locks: Vec<unix::NameLock>,
 }
 
 /// Why an address could not be joined.
@@ -185,99 +198,125 @@ pub(crate) enum JoinError {
 }
 
 fn bind_udp(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
-    let domain = if addr.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 };
-    let s = Socket::new(domain, Type::DGRAM, Some(socket2::Protocol::UDP))?;
-    if addr.is_ipv6() {
-        s.set_only_v6(true)?;
+    crate::verbs::backend::udp::bind_with(addr, reuse_port)
+}
+
+/// The names of an address's member sockets, locks and so on: its IP, with the scope of a
+/// link-local one (the same link-local address can be on two interfaces).
+fn key(sa: &SocketAddr) -> String {
+    match sa {
+        SocketAddr::V6(v6) if v6.scope_id() != 0 => format!("{}%{}", v6.ip(), v6.scope_id()),
+        _ => sa.ip().to_string(),
     }
-    if reuse_port {
-        s.set_reuse_port(true)?;
-    }
-    s.bind(&addr.into())?;
-    Ok(s)
 }
 
 impl Share {
-    /// Joins the members of `<ip>:<port>` with `engines` sockets (see the module docs).
-    pub(crate) fn join(ip: IpAddr, port: u16, engines: usize) -> Result<Joining, JoinError> {
+    /// Joins the members of each of `addrs` (all with one port) with `engines` sockets each
+    /// (see the module docs).
+    pub(crate) fn join(addrs: &[SocketAddr], engines: usize) -> Result<Joining, JoinError> {
         let uid = unix::euid();
-        let at = SocketAddr::new(ip, port);
-        let lock = unix::NameLock::acquire(&unix::name(uid, ip, port, "lock"), LOCK_PATIENCE)
-            .map_err(|e| JoinError::Io(e, "membership lock"))?;
+        let port = addrs.first().map_or(0, |a| a.port());
+        let at = addrs.first().copied().unwrap_or_else(|| SocketAddr::new([0, 0, 0, 0].into(), port));
+        let name = |sa: &SocketAddr, what: &str| unix::name(uid, &key(sa), port, what);
+        let mut locks = Vec::with_capacity(addrs.len());
+        for a in addrs {
+            locks.push(
+                unix::NameLock::acquire(&name(a, "lock"), LOCK_PATIENCE)
+                    .map_err(|e| JoinError::Io(e, "membership lock"))?,
+            );
+        }
+        // The first slot free on every address.
         let mut claimed = None;
-        for s in 0..MAX_SLOTS as u8 {
-            match unix::bind(Type::SEQPACKET, &unix::name(uid, ip, port, &format!("slot/{s}"))) {
-                Ok(l) => {
-                    claimed = Some((s, l));
-                    break;
+        'slots: for s in 0..MAX_SLOTS as u8 {
+            let mut ls = Vec::with_capacity(addrs.len());
+            for a in addrs {
+                match unix::bind(Type::SEQPACKET, &name(a, &format!("slot/{s}"))) {
+                    Ok(l) => ls.push(l),
+                    Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue 'slots,
+                    Err(e) => return Err(JoinError::Io(e, "member socket")),
                 }
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
-                Err(e) => return Err(JoinError::Io(e, "member socket")),
             }
+            claimed = Some((s, ls));
+            break;
         }
-        let (slot, listener) = claimed.ok_or(JoinError::Full(at))?;
-        listener.listen(128).map_err(|e| JoinError::Io(e, "member socket"))?;
-        listener.set_nonblocking(true).map_err(|e| JoinError::Io(e, "member socket"))?;
-        // The members there are: a connection to each (the kernel tells who is at the end).
-        let mut peers: Vec<Option<Peer>> = (0..MAX_SLOTS).map(|_| None).collect();
-        let mut hello = Vec::new();
-        Msg::Hello { slot }.encode(&mut hello);
-        for s in (0..MAX_SLOTS as u8).filter(|s| *s != slot) {
-            let name = unix::name(uid, ip, port, &format!("slot/{s}"));
-            let Ok(Some(c)) = unix::connect(&name, Duration::from_secs(2)) else { continue };
-            let Ok((pid, peer_uid)) = unix::peer_cred(&c) else { continue };
-            if peer_uid != uid || c.send(&hello).is_err() {
-                tracing::warn!(
-                    slot = s,
-                    peer_uid,
-                    "softroce: a socket of another user holds a member name; ignored"
-                );
-                continue;
-            }
-            let _ = c.set_nonblocking(true);
-            peers[usize::from(s)] = Some(Peer { sock: Arc::new(c), pid });
+        let (slot, listeners) = claimed.ok_or(JoinError::Full(at))?;
+        for l in &listeners {
+            l.listen(128).map_err(|e| JoinError::Io(e, "member socket"))?;
+            l.set_nonblocking(true).map_err(|e| JoinError::Io(e, "member socket"))?;
         }
-        let alone = peers.iter().all(Option::is_none);
-        if alone {
-            // Nobody to share with: the port must be free of anything else (a plain bind
-            // fails on any holder; a SO_REUSEPORT bind would join a group of the same user).
-            match bind_udp(at, false) {
-                Ok(probe) => drop(probe),
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(JoinError::HeldOutside(at)),
-                Err(e) => return Err(JoinError::Io(e, "bind")),
-            }
-        }
-        let mut sockets = Vec::with_capacity(engines);
-        for _ in 0..engines.max(1) {
-            match bind_udp(at, true) {
-                Ok(s) => sockets.push(s),
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(JoinError::HeldOutside(at)),
-                Err(e) => return Err(JoinError::Io(e, "bind")),
-            }
-        }
-        let attach = sockets[0].try_clone().map_err(|e| JoinError::Io(e, "dup"))?;
-        let answer = UdpSocket::bind(SocketAddr::new(ip, 0)).map_err(|e| JoinError::Io(e, "probe socket"))?;
         let poll = mio::Poll::new().map_err(|e| JoinError::Io(e, "poll"))?;
         let mut conns = HashMap::new();
-        let mut live = 1u64 << slot;
-        let mut next_token = 1;
-        for (s, p) in peers.iter().enumerate() {
-            if let Some(p) = p {
-                live |= 1 << s;
-                let fd = p.sock.as_raw_fd();
+        let mut next_token = FIRST_CONN;
+        let mut hello = Vec::new();
+        Msg::Hello { slot }.encode(&mut hello);
+        let mut shared_addrs = Vec::with_capacity(addrs.len());
+        let mut sockets: Vec<Vec<(SocketAddr, Socket)>> = (0..engines.max(1)).map(|_| Vec::new()).collect();
+        let mut attach = Vec::with_capacity(addrs.len());
+        for (i, a) in addrs.iter().enumerate() {
+            // The members there are: a connection to each (the kernel tells who is at the end).
+            let mut peers: Vec<Option<Peer>> = (0..MAX_SLOTS).map(|_| None).collect();
+            let mut live = 1u64 << slot;
+            for s in (0..MAX_SLOTS as u8).filter(|s| *s != slot) {
+                let Ok(Some(c)) = unix::connect(&name(a, &format!("slot/{s}")), Duration::from_secs(2))
+                else {
+                    continue;
+                };
+                let Ok((pid, peer_uid)) = unix::peer_cred(&c) else { continue };
+                if peer_uid != uid || c.send(&hello).is_err() {
+                    tracing::warn!(
+                        slot = s,
+                        peer_uid,
+                        "softroce: a socket of another user holds a member name; ignored"
+                    );
+                    continue;
+                }
+                let _ = c.set_nonblocking(true);
+                let c = Arc::new(c);
+                let fd = c.as_raw_fd();
                 poll.registry()
                     .register(&mut mio::unix::SourceFd(&fd), mio::Token(next_token), mio::Interest::READABLE)
                     .map_err(|e| JoinError::Io(e, "poll"))?;
-                conns.insert(next_token, (p.sock.clone(), Some(s as u8)));
+                conns.insert(next_token, (c.clone(), i, Some(s)));
                 next_token += 1;
+                live |= 1 << s;
+                peers[usize::from(s)] = Some(Peer { sock: c, pid });
             }
+            if live == 1 << slot {
+                // Nobody to share with: the port must be free of anything else (a plain bind
+                // fails on any holder; a SO_REUSEPORT bind would join a group of the same user).
+                match bind_udp(*a, false) {
+                    Ok(probe) => drop(probe),
+                    Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(JoinError::HeldOutside(*a)),
+                    Err(e) => return Err(JoinError::Io(e, "bind")),
+                }
+            }
+            for engine in sockets.iter_mut() {
+                match bind_udp(*a, true) {
+                    Ok(s) => engine.push((*a, s)),
+                    Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(JoinError::HeldOutside(*a)),
+                    Err(e) => return Err(JoinError::Io(e, "bind")),
+                }
+            }
+            attach.push(sockets[0][i].1.try_clone().map_err(|e| JoinError::Io(e, "dup"))?);
+            let answer =
+                if a.is_ipv4() { UdpSocket::bind(("0.0.0.0", 0)) } else { UdpSocket::bind(("::", 0)) }
+                    .map_err(|e| JoinError::Io(e, "probe socket"))?;
+            shared_addrs.push(Addr {
+                sa: *a,
+                live: AtomicU64::new(live),
+                peers: RwLock::new(peers),
+                map: Mutex::new(SocketMap::default()),
+                answer,
+            });
         }
-        let lfd = listener.as_raw_fd();
-        poll.registry()
-            .register(&mut mio::unix::SourceFd(&lfd), LISTENER, mio::Interest::READABLE)
-            .map_err(|e| JoinError::Io(e, "poll"))?;
+        for (i, l) in listeners.iter().enumerate() {
+            let fd = l.as_raw_fd();
+            poll.registry()
+                .register(&mut mio::unix::SourceFd(&fd), mio::Token(LISTENER + i), mio::Interest::READABLE)
+                .map_err(|e| JoinError::Io(e, "poll"))?;
+        }
         let io = ShareIo {
-            listener,
+            listeners,
             poll,
             events: mio::Events::with_capacity(64),
             conns,
@@ -288,22 +327,29 @@ impl Share {
         let share = Arc::new(Share {
             slot,
             uid,
-            ip,
             port,
-            live: AtomicU64::new(live),
-            peers: RwLock::new(peers),
+            addrs: shared_addrs,
             listens: RwLock::new(HashMap::new()),
-            answer,
             io: Mutex::new(Some(io)),
-            map: Mutex::new(SocketMap::default()),
             probing: AtomicBool::new(false),
             last_reprobe: AtomicU64::new(0),
             epoch: Instant::now(),
             passed_seen: AtomicU64::new(0),
             counters: ShareCounters::default(),
         });
-        tracing::debug!(%ip, port, slot, peers = live.count_ones() - 1, "softroce: joined a shared address");
-        Ok(Joining { share, sockets_at_join: sockets.len(), sockets, lock })
+        tracing::debug!(addr = %at, slot, members = share.members(), "softroce: joined a shared address");
+        Ok(Joining { share, sockets, engines: engines.max(1), _locks: locks })
+    }
+
+    /// The name of `what` for address `i`'s members.
+    fn name(&self, i: usize, what: &str) -> Vec<u8> {
+        unix::name(self.uid, &key(&self.addrs[i].sa), self.port, what)
+    }
+
+    /// The index of local address `ip`.
+    #[inline]
+    fn addr_index(&self, ip: IpAddr) -> Option<usize> {
+        self.addrs.iter().position(|a| a.sa.ip() == ip)
     }
 
     /// The fd engine 0 adds to its poll: readable when a member connects or sends.
@@ -311,16 +357,16 @@ impl Share {
         self.io.lock().as_ref().map(|io| io.poll.as_raw_fd())
     }
 
-    /// Who must handle a packet for QP `qpn` (not QP1).
+    /// Who must handle a packet for QP `qpn` (not QP1) that arrived at local address `dst`.
     #[inline]
-    pub(crate) fn owner_of_qpn(&self, qpn: u32) -> Owner {
+    pub(crate) fn owner_of_qpn(&self, qpn: u32, dst: IpAddr) -> Owner {
         let s = slot_of_qpn(qpn);
         if s == self.slot {
-            Owner::Mine
-        } else if self.live.load(Ordering::Relaxed) & (1 << s) != 0 {
-            Owner::Peer(s)
-        } else {
-            Owner::Gone
+            return Owner::Mine;
+        }
+        match self.addr_index(dst) {
+            Some(i) if self.addrs[i].live.load(Ordering::Relaxed) & (1 << s) != 0 => Owner::Peer(i, s),
+            _ => Owner::Gone,
         }
     }
 
@@ -328,32 +374,42 @@ impl Share {
     /// member listening on its service (this one if none does, so that the CM refuses it); an
     /// answer to the member whose ID it names; the rest here.
     pub(crate) fn owner_of_mad(&self, mad: &[u8], dst: IpAddr) -> Owner {
+        let Some(i) = self.addr_index(dst) else { return Owner::Mine };
         let slot = match crate::wire::cm::recipient(mad) {
             Recipient::Device => return Owner::Mine,
             Recipient::Id(id) => (id >> COMM_ID_SHIFT) as u8,
             Recipient::Service(sid) => {
                 let listens = self.listens.read();
                 let Some(l) = listens.get(&sid) else { return Owner::Mine };
-                let exact = l.iter().find(|(a, _)| *a == dst);
-                match exact.or_else(|| l.iter().find(|(a, _)| a.is_unspecified() || a.is_loopback())) {
-                    Some((_, s)) => *s,
-                    None => return Owner::Mine,
+                let exact = l.iter().find(|(a, _, _)| *a == dst);
+                let Some(&(_, s, pid)) =
+                    exact.or_else(|| l.iter().find(|(a, _, _)| a.is_unspecified() || a.is_loopback()))
+                else {
+                    return Owner::Mine;
+                };
+                // A wildcard listener's process may have no device on this address (its slot
+                // here, if any, is another process's): then nobody here listens.
+                if s != self.slot
+                    && !self.addrs[i].peers.read()[usize::from(s)].as_ref().is_some_and(|p| p.pid == pid)
+                {
+                    return Owner::Mine;
                 }
+                s
             }
         };
-        if slot == self.slot || self.live.load(Ordering::Relaxed) & (1 << slot) == 0 {
+        if slot == self.slot || self.addrs[i].live.load(Ordering::Relaxed) & (1 << slot) == 0 {
             Owner::Mine
         } else {
-            Owner::Peer(slot)
+            Owner::Peer(i, slot)
         }
     }
 
-    /// Passes datagram `d` on to member `slot`; false if it could not be.
-    pub(crate) fn pass_on(&self, slot: u8, d: &Datagram<'_>) -> bool {
+    /// Passes datagram `d` on to member `slot` of address `i`; false if it could not be.
+    pub(crate) fn pass_on(&self, i: usize, slot: u8, d: &Datagram<'_>) -> bool {
         thread_local! {
             static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
-        let peers = self.peers.read();
+        let peers = self.addrs[i].peers.read();
         let Some(Some(p)) = peers.get(usize::from(slot)) else {
             self.counters.pass_dropped.fetch_add(1, Ordering::Relaxed);
             return false;
@@ -372,20 +428,22 @@ impl Share {
     /// This member now listens (`on`) or no longer listens on `service_id` at `addr`: noted,
     /// and told to every other member.
     pub(crate) fn announce_listen(&self, service_id: u64, addr: IpAddr, on: bool) {
-        self.note_listen(service_id, addr, self.slot, on);
+        self.note_listen(service_id, addr, self.slot, std::process::id(), on);
         let mut b = Vec::new();
         Msg::Listen { service_id, addr, on }.encode(&mut b);
-        for p in self.peers.read().iter().flatten() {
-            let _ = p.sock.send_with_flags(&b, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL);
+        for a in &self.addrs {
+            for p in a.peers.read().iter().flatten() {
+                let _ = p.sock.send_with_flags(&b, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL);
+            }
         }
     }
 
-    fn note_listen(&self, service_id: u64, addr: IpAddr, slot: u8, on: bool) {
+    fn note_listen(&self, service_id: u64, addr: IpAddr, slot: u8, pid: u32, on: bool) {
         let mut l = self.listens.write();
         let v = l.entry(service_id).or_default();
-        v.retain(|e| *e != (addr, slot));
+        v.retain(|e| (e.0, e.1) != (addr, slot));
         if on {
-            v.push((addr, slot));
+            v.push((addr, slot, pid));
         }
         if v.is_empty() {
             l.remove(&service_id);
@@ -411,8 +469,8 @@ impl Share {
             }
             for t in tokens {
                 any = true;
-                if t == LISTENER.0 {
-                    self.accept(io);
+                if t < FIRST_CONN {
+                    self.accept(io, t - LISTENER);
                 } else {
                     self.read_conn(io, t, f);
                 }
@@ -431,9 +489,10 @@ impl Share {
         any
     }
 
-    fn accept(&self, io: &mut ShareIo) {
+    fn accept(&self, io: &mut ShareIo, i: usize) {
+        let Some(listener) = io.listeners.get(i) else { return };
         loop {
-            let (c, _) = match io.listener.accept() {
+            let (c, _) = match listener.accept() {
                 Ok(x) => x,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(_) => return,
@@ -454,13 +513,13 @@ impl Share {
                 .register(&mut mio::unix::SourceFd(&fd), mio::Token(t), mio::Interest::READABLE)
                 .is_ok()
             {
-                io.conns.insert(t, (Arc::new(c), None));
+                io.conns.insert(t, (Arc::new(c), i, None));
             }
         }
     }
 
     fn read_conn(self: &Arc<Self>, io: &mut ShareIo, t: usize, f: &mut dyn FnMut(Datagram<'_>)) {
-        let Some((sock, _)) = io.conns.get(&t).cloned() else { return };
+        let Some((sock, i, _)) = io.conns.get(&t).cloned() else { return };
         loop {
             let n = match std::io::Read::read(&mut &*sock, &mut io.buf) {
                 Ok(0) => {
@@ -479,18 +538,16 @@ impl Share {
                 Some(Msg::Hello { slot }) if usize::from(slot) < MAX_SLOTS && slot != self.slot => {
                     let pid = unix::peer_cred(&sock).map_or(0, |(p, _)| p);
                     if let Some(c) = io.conns.get_mut(&t) {
-                        c.1 = Some(slot);
+                        c.2 = Some(slot);
                     }
-                    self.peers.write()[usize::from(slot)] = Some(Peer { sock: sock.clone(), pid });
-                    self.live.fetch_or(1 << slot, Ordering::SeqCst);
+                    self.addrs[i].peers.write()[usize::from(slot)] = Some(Peer { sock: sock.clone(), pid });
+                    self.addrs[i].live.fetch_or(1 << slot, Ordering::SeqCst);
                     // Tell the newcomer where this member listens.
                     let mine: Vec<(u64, IpAddr)> = self
                         .listens
                         .read()
                         .iter()
-                        .flat_map(|(sid, v)| {
-                            v.iter().filter(|(_, s)| *s == self.slot).map(|(a, _)| (*sid, *a))
-                        })
+                        .flat_map(|(sid, v)| v.iter().filter(|e| e.1 == self.slot).map(|e| (*sid, e.0)))
                         .collect();
                     let mut b = Vec::new();
                     for (service_id, addr) in mine {
@@ -499,8 +556,9 @@ impl Share {
                     }
                 }
                 Some(Msg::Listen { service_id, addr, on }) => {
-                    if let Some(slot) = io.conns.get(&t).and_then(|c| c.1) {
-                        self.note_listen(service_id, addr, slot, on);
+                    if let Some(slot) = io.conns.get(&t).and_then(|c| c.2) {
+                        let pid = unix::peer_cred(&sock).map_or(0, |(p, _)| p);
+                        self.note_listen(service_id, addr, slot, pid, on);
                     }
                 }
                 Some(Msg::Packet { src, dst, dst_port, ecn, payload }) => {
@@ -517,26 +575,29 @@ impl Share {
     /// The member behind connection `t` has gone: forget it and its listeners; the lowest
     /// remaining member renews the steering.
     fn gone(self: &Arc<Self>, io: &mut ShareIo, t: usize) {
-        let Some((sock, slot)) = io.conns.remove(&t) else { return };
+        let Some((sock, i, slot)) = io.conns.remove(&t) else { return };
         let fd = sock.as_raw_fd();
         let _ = io.poll.registry().deregister(&mut mio::unix::SourceFd(&fd));
         let Some(slot) = slot else { return };
-        {
-            let mut peers = self.peers.write();
-            if peers[usize::from(slot)].as_ref().is_some_and(|p| Arc::ptr_eq(&p.sock, &sock)) {
-                peers[usize::from(slot)] = None;
-            } else {
-                return;
+        let a = &self.addrs[i];
+        let pid = {
+            let mut peers = a.peers.write();
+            match &peers[usize::from(slot)] {
+                Some(p) if Arc::ptr_eq(&p.sock, &sock) => {
+                    let pid = p.pid;
+                    peers[usize::from(slot)] = None;
+                    pid
+                }
+                _ => return,
             }
-        }
-        self.live.fetch_and(!(1u64 << slot), Ordering::SeqCst);
+        };
+        a.live.fetch_and(!(1u64 << slot), Ordering::SeqCst);
         self.listens.write().retain(|_, v| {
-            v.retain(|(_, s)| *s != slot);
+            v.retain(|e| (e.1, e.2) != (slot, pid));
             !v.is_empty()
         });
-        tracing::debug!(ip = %self.ip, slot, "softroce: a member of the shared address has gone");
-        let live = self.live.load(Ordering::SeqCst);
-        if live.trailing_zeros() == u32::from(self.slot) {
+        tracing::debug!(addr = %a.sa, slot, "softroce: a member of the shared address has gone");
+        if a.live.load(Ordering::SeqCst).trailing_zeros() == u32::from(self.slot) {
             self.request_reprobe();
         }
     }
@@ -550,10 +611,11 @@ impl Share {
         self.last_reprobe.store(now.max(1), Ordering::Relaxed);
         let me = self.clone();
         let spawned = std::thread::Builder::new().name("softroce-share".into()).spawn(move || {
-            let r = unix::NameLock::acquire(&unix::name(me.uid, me.ip, me.port, "lock"), LOCK_PATIENCE)
-                .and_then(|_lock| me.steer());
-            if let Err(e) = r {
-                tracing::warn!(ip = %me.ip, "softroce: could not renew the shared address's steering: {e}");
+            for i in 0..me.addrs.len() {
+                let r = unix::NameLock::acquire(&me.name(i, "lock"), LOCK_PATIENCE).and_then(|_lock| me.steer(i));
+                if let Err(e) = r {
+                    tracing::warn!(addr = %me.addrs[i].sa, "softroce: could not renew the shared address's steering: {e}");
+                }
             }
             me.probing.store(false, Ordering::SeqCst);
         });
@@ -562,29 +624,29 @@ impl Share {
         }
     }
 
-    /// Probes the group and attaches the program for what it found (the caller holds the
-    /// membership lock).
-    pub(crate) fn steer(&self) -> io::Result<()> {
+    /// Probes address `i`'s group and attaches the program for what it found (the caller
+    /// holds its membership lock).
+    pub(crate) fn steer(&self, i: usize) -> io::Result<()> {
         // Probes are steered by the group's program: make sure it has one (a group whose
         // first member never probed has none, and hashes every probe to one socket). The
         // last map this member knew (at first none: then everything but probes and MADs is
         // hashed, and passed on, for the moment of the round).
-        let known = self.map.lock().clone();
-        self.attach(&steer::program(&known))?;
-        let map = probe::discover(self)?;
-        self.attach(&steer::program(&map))?;
-        tracing::debug!(ip = %self.ip, sockets = map.owners.len(), "softroce: steering renewed");
-        *self.map.lock() = map;
+        let known = self.addrs[i].map.lock().clone();
+        self.attach(i, &steer::program(&known))?;
+        let map = probe::discover(self, i)?;
+        self.attach(i, &steer::program(&map))?;
+        tracing::debug!(addr = %self.addrs[i].sa, sockets = map.owners.len(), "softroce: steering renewed");
+        *self.addrs[i].map.lock() = map;
         self.counters.steerings.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Attaches `prog` to the group through this member's handle on it (nothing once the
-    /// device has closed).
-    fn attach(&self, prog: &[libc::sock_filter]) -> io::Result<()> {
+    /// Attaches `prog` to address `i`'s group through this member's handle on it (nothing
+    /// once the device has closed).
+    fn attach(&self, i: usize, prog: &[libc::sock_filter]) -> io::Result<()> {
         let guard = self.io.lock();
-        match guard.as_ref() {
-            Some(io) => crate::verbs::backend::udp::attach_program(&io.attach, prog),
+        match guard.as_ref().and_then(|io| io.attach.get(i)) {
+            Some(s) => crate::verbs::backend::udp::attach_program(s, prog),
             None => Ok(()),
         }
     }
@@ -594,16 +656,17 @@ impl Share {
     pub(crate) fn answer_probe(&self, payload: &[u8], src: SocketAddr, engine: usize) -> bool {
         let Some(answer) = probe::answer(payload, self.slot, engine as u16) else { return false };
         // Probes come from a member of this address, on this address: answer nothing else.
-        if src.ip() == self.ip {
-            let _ = self.answer.send_to(&answer, src);
+        if let Some(i) = self.addr_index(src.ip()) {
+            let _ = self.addrs[i].answer.send_to(&answer, src);
             self.counters.probes_answered.fetch_add(1, Ordering::Relaxed);
         }
         true
     }
 
-    /// The pids of the other members, by slot (for diagnostics and tests).
+    /// The other members (on the device's own address), by slot: `(slot, process id)`.
     pub(crate) fn peer_pids(&self) -> Vec<(u8, u32)> {
-        self.peers
+        self.addrs[0]
+            .peers
             .read()
             .iter()
             .enumerate()
@@ -611,14 +674,14 @@ impl Share {
             .collect()
     }
 
-    /// How many members the address has (this one included).
+    /// How many members the device's own address has (this one included).
     pub(crate) fn members(&self) -> u32 {
-        self.live.load(Ordering::Relaxed).count_ones()
+        self.addrs[0].live.load(Ordering::Relaxed).count_ones()
     }
 
-    /// The address and port.
-    pub(crate) fn addr(&self) -> SocketAddr {
-        SocketAddr::new(self.ip, self.port)
+    /// Address `i` (with its port; a link-local one with its scope).
+    pub(crate) fn addr(&self, i: usize) -> SocketAddr {
+        self.addrs[i].sa
     }
 
     /// Closes the member's sockets (its engines have stopped and closed theirs): the other
@@ -626,31 +689,34 @@ impl Share {
     pub(crate) fn close(&self) {
         let io = self.io.lock().take();
         if let Some(io) = io {
-            // Its group socket first: the connections' end tells the others it has left.
+            // Its group sockets first: the connections' end tells the others it has left.
             drop(io.attach);
             drop(io.conns);
-            drop(io.listener);
+            drop(io.listeners);
         }
-        for p in self.peers.write().iter_mut() {
-            *p = None;
+        for a in &self.addrs {
+            for p in a.peers.write().iter_mut() {
+                *p = None;
+            }
         }
     }
 }
 
 impl Joining {
-    /// Probes the group now that this member's engines run (they answer their own probes),
-    /// steers it, and lets go of the membership lock.
+    /// Probes the groups now that this member's engines run (they answer their own probes),
+    /// steers them, and lets go of the membership locks.
     pub(crate) fn finish(self) {
-        // Alone on the address with one socket: every packet is this member's, and the
-        // kernel needs no program to pick its only socket (a joiner attaches one first).
-        if self.share.members() == 1 && self.sockets_at_join == 1 {
-            drop(self.lock);
-            return;
+        for i in 0..self.share.addrs.len() {
+            // Alone on the address with one socket: every packet is this member's, and the
+            // kernel needs no program to pick its only socket (a joiner attaches one first).
+            let alone = self.share.addrs[i].live.load(Ordering::Relaxed).count_ones() == 1;
+            if alone && self.engines == 1 {
+                continue;
+            }
+            if let Err(e) = self.share.steer(i) {
+                tracing::warn!(addr = %self.share.addr(i), "softroce: shared address not steered yet: {e}");
+            }
         }
-        if let Err(e) = self.share.steer() {
-            tracing::warn!(addr = %self.share.addr(), "softroce: shared address not steered yet: {e}");
-        }
-        drop(self.lock);
     }
 }
 

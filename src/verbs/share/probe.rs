@@ -79,10 +79,13 @@ fn analyse(answers: &[Option<(u8, u16)>]) -> Option<Result<SocketMap, ()>> {
     Some(Err(()))
 }
 
-/// One probe round after another (at most a few) until the group's numbering is known.
-pub(crate) fn discover(share: &Share) -> io::Result<SocketMap> {
-    let to = share.addr();
-    let sock = UdpSocket::bind((to.ip(), 0))?;
+/// One probe round after another (at most a few) until the numbering of address `i`'s group
+/// is known.
+pub(crate) fn discover(share: &Share, i: usize) -> io::Result<SocketMap> {
+    let to = share.addr(i);
+    let mut from = to;
+    from.set_port(0);
+    let sock = UdpSocket::bind(from)?;
     sock.set_read_timeout(Some(Duration::from_millis(5)))?;
     let mut n = 64usize.min(MAX_SOCKETS);
     let mut nap = Duration::from_millis(5);

@@ -11,15 +11,15 @@
 //! of service it could also cause by binding the UDP port), never pose as a member.
 
 use std::io;
-use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-/// The name of `what` for the members of `<ip>:<port>` of user `uid`.
-pub(crate) fn name(uid: u32, ip: IpAddr, port: u16, what: &str) -> Vec<u8> {
-    format!("\0softroce/v1/{uid}/{ip}/{port}/{what}").into_bytes()
+/// The name of `what` for the members of `<place>:<port>` of user `uid` (`place`: the address,
+/// with its scope if link-local).
+pub(crate) fn name(uid: u32, place: &str, port: u16, what: &str) -> Vec<u8> {
+    format!("\0softroce/v1/{uid}/{place}/{port}/{what}").into_bytes()
 }
 
 /// The socket address of an abstract `name` (starting with NUL).
@@ -106,7 +106,7 @@ mod tests {
     use super::*;
 
     fn unique(what: &str) -> Vec<u8> {
-        name(euid(), "127.99.0.1".parse().unwrap(), std::process::id() as u16, what)
+        name(euid(), "127.99.0.1", std::process::id() as u16, what)
     }
 
     #[test]

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -32,26 +34,42 @@ pub fn require(test: &str, paths: &[&str], packages: &str) -> bool {
 /// does not hold its build lock while tests run).
 pub fn built_lib() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap();
-            // target/[<triple>/]<profile>/deps/<test>-<hash>
-            let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-            let profile = match profile_dir.file_name().and_then(|n| n.to_str()).unwrap() {
-                "debug" => "dev".to_string(),
-                other => other.to_string(),
-            };
-            let out = Command::new(env!("CARGO"))
-                .args(["build", "-p", "softroce-ibverbs", "--profile", &profile])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .output()
-                .expect("cargo");
-            assert!(out.status.success(), "cargo build -p softroce-ibverbs failed:\n{}", text(&out));
-            let lib = profile_dir.join("libibverbs.so");
-            assert!(lib.exists(), "{} not built", lib.display());
-            lib
-        })
-        .clone()
+    BUILT.get_or_init(|| build_in_test_profile("softroce-ibverbs", "libibverbs.so")).clone()
+}
+
+/// The drop-in librdmacm, built as [`built_lib`] is, for the programs that need both
+/// libraries.
+pub fn built_rdmacm() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| build_in_test_profile("softroce-rdmacm", "librdmacm.so")).clone()
+}
+
+/// `cargo build -p <package>` in the profile of the test executable; the path of `file` it
+/// built there.
+fn build_in_test_profile(package: &str, file: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/[<triple>/]<profile>/deps/<test>-<hash>
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()).unwrap() {
+        "debug" => "dev".to_string(),
+        other => other.to_string(),
+    };
+    let out = Command::new(env!("CARGO"))
+        .args(["build", "-p", package, "--profile", &profile])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo");
+    assert!(out.status.success(), "cargo build -p {package} failed:\n{}", text(&out));
+    let lib = profile_dir.join(file);
+    assert!(lib.exists(), "{} not built", lib.display());
+    lib
+}
+
+/// [`lib_dir`] with `librdmacm.so.1` -> the built drop-in librdmacm beside it.
+pub fn lib_dir_with_rdmacm(tag: &str) -> PathBuf {
+    let dir = lib_dir(tag);
+    std::os::unix::fs::symlink(built_rdmacm(), dir.join("librdmacm.so.1")).unwrap();
+    dir
 }
 
 /// A fresh directory holding `libibverbs.so.1` -> the built library, for `LD_LIBRARY_PATH`.
@@ -105,12 +123,20 @@ pub fn free_port() -> u16 {
 /// True once some socket listens on TCP `port` (read from /proc/net/tcp{,6}, without
 /// connecting: a probe connection would be taken for the peer).
 pub fn listening(port: u16) -> bool {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .any(|f| listens_in(&std::fs::read_to_string(f).unwrap_or_default(), port))
+}
+
+/// True if a `/proc/net/tcp`-style table has a socket listening on `port`.
+pub fn listens_in(table: &str, port: u16) -> bool {
     let want = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).unwrap_or_default().lines().skip(1).any(|l| {
-            let cols: Vec<&str> = l.split_whitespace().collect();
-            cols.len() > 3 && format!("{} ", &cols[1][cols[1].len() - 5..]) == want && cols[3] == "0A"
-        })
+    table.lines().any(|l| {
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        cols.len() > 3
+            && cols[1].len() >= 5
+            && format!("{} ", &cols[1][cols[1].len() - 5..]) == want
+            && cols[3] == "0A"
     })
 }
 
