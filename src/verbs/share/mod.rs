@@ -107,6 +107,9 @@ pub(crate) struct ShareCounters {
     pub bad_messages: AtomicU64,
 }
 
+/// A member's listener: its address (unspecified: a wildcard), the member's slot and process.
+type Listen = (IpAddr, u8, u32);
+
 /// Another member, as seen from this one.
 struct Peer {
     sock: Arc<Socket>,
@@ -135,7 +138,7 @@ pub(crate) struct Share {
     port: u16,
     addrs: Vec<Addr>,
     /// Every member's listeners: service ID → (address, slot, process).
-    listens: RwLock<HashMap<u64, Vec<(IpAddr, u8, u32)>>>,
+    listens: RwLock<HashMap<u64, Vec<Listen>>>,
     /// The engine-side I/O (taken by engine 0; `None` once the device closes).
     io: Mutex<Option<ShareIo>>,
     probing: AtomicBool,
@@ -390,7 +393,7 @@ impl Share {
                 // A wildcard listener's process may have no device on this address (its slot
                 // here, if any, is another process's): then nobody here listens.
                 if s != self.slot
-                    && !self.addrs[i].peers.read()[usize::from(s)].as_ref().is_some_and(|p| p.pid == pid)
+                    && self.addrs[i].peers.read()[usize::from(s)].as_ref().is_none_or(|p| p.pid != pid)
                 {
                     return Owner::Mine;
                 }
