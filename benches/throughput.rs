@@ -52,6 +52,18 @@
 //! cargo bench --bench throughput -- engines 3 16     # 16 QPs, 3 s per run
 //! ```
 //!
+//! One address shared by several processes (`shared`, `DeviceConfig::share`): the same
+//! WRITE 64 KiB and SEND 64 B runs and `softroce perf` latency rows three ways in one
+//! invocation — devices that do not share (`SOFTROCE_SHARE=0`, today's single-process path),
+//! sharing devices each alone on its address (the default), and client and server on one
+//! address (two processes, one `SO_REUSEPORT` group steered by QP number) — and the ratios of
+//! the last two to the first. Each mode runs three times, interleaved with the others, and the
+//! best run of each counts (a loaded machine slows some runs of every mode).
+//!
+//! ```text
+//! cargo bench --bench throughput -- shared          # 2 s per run
+//! ```
+//!
 //! The server side of each runs in a child process (this binary, re-executed).
 
 use std::io::{BufRead, BufReader, Write};
@@ -77,6 +89,10 @@ fn main() {
     }
     if std::env::args().any(|a| a == "lat") {
         latency(json);
+        return;
+    }
+    if std::env::args().any(|a| a == "shared") {
+        shared(Duration::from_secs_f64(secs));
         return;
     }
     if std::env::args().any(|a| a == "engines") {
@@ -350,9 +366,34 @@ fn udp_pingpong(iters: usize) -> f64 {
 /// `softroce perf <test> -s 2 -n <iters>` between a server on 127.0.77.11 and a client on
 /// 127.0.77.12; the client's `t_typical` in microseconds.
 fn perf_lat(test: &str, iters: u32, port: u16, inline: bool) -> std::result::Result<f64, String> {
+    perf_lat_on(test, iters, port, inline, Sharing::Default)
+}
+
+/// [`perf_lat`] with the devices sharing their addresses as `sharing` says.
+fn perf_lat_on(
+    test: &str,
+    iters: u32,
+    port: u16,
+    inline: bool,
+    sharing: Sharing,
+) -> std::result::Result<f64, String> {
     let exe = env!("CARGO_BIN_EXE_softroce");
+    let (server_ip, client_ip) = if sharing == Sharing::OneAddress {
+        ("127.0.77.11", "127.0.77.11")
+    } else {
+        ("127.0.77.11", "127.0.77.12")
+    };
     let common = |c: &mut Command| {
         c.env("SOFTROCE_INLINE_PROGRESS", if inline { "1" } else { "0" });
+        match sharing {
+            Sharing::Default => {}
+            Sharing::Off => {
+                c.env("SOFTROCE_SHARE", "0");
+            }
+            Sharing::OneAddress => {
+                c.env("SOFTROCE_SHARE", "1");
+            }
+        }
         c.args(["perf", test, "-n", &iters.to_string(), "-p", &port.to_string()]);
         if test != "atomic-lat" {
             // (atomics are always 8 bytes)
@@ -362,7 +403,7 @@ fn perf_lat(test: &str, iters: u32, port: u16, inline: bool) -> std::result::Res
     let mut server = Command::new(exe);
     common(&mut server);
     let mut server = server
-        .args(["-d", "127.0.77.11"])
+        .args(["-d", server_ip])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -370,7 +411,7 @@ fn perf_lat(test: &str, iters: u32, port: u16, inline: bool) -> std::result::Res
     let mut client = Command::new(exe);
     common(&mut client);
     let out = client
-        .args(["-d", "127.0.77.12", "--connect-timeout", "10", "--json", "127.0.77.11"])
+        .args(["-d", client_ip, "--connect-timeout", "10", "--json", server_ip])
         .stderr(Stdio::null())
         .output()
         .map_err(|e| e.to_string())?;
@@ -402,7 +443,17 @@ fn bench_addrs(backend: &str) -> (String, String) {
 
 /// Starts this binary as the server of `role`; returns it and its first stdout line.
 fn spawn(role: &str, args: &str) -> (std::process::Child, BufReader<std::process::ChildStdout>, String) {
+    spawn_env(role, args, &[])
+}
+
+/// [`spawn`] with environment variables.
+fn spawn_env(
+    role: &str,
+    args: &str,
+    env: &[(&str, &str)],
+) -> (std::process::Child, BufReader<std::process::ChildStdout>, String) {
     let mut c = Command::new(std::env::current_exe().unwrap())
+        .envs(env.iter().copied())
         .env(ROLE, format!("{role} {args}"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -445,8 +496,33 @@ fn udp_bench(size: usize, gso: usize, d: Duration) -> (f64, f64) {
 }
 
 fn rc_bench(kind: &str, size: usize, d: Duration, backend: &str) -> (f64, f64) {
+    let (b, m, _) = rc_bench_on(kind, size, d, backend, Sharing::Default);
+    (b, m)
+}
+
+/// How the devices of a run treat their address (the `shared` rows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sharing {
+    /// As configured (`SOFTROCE_SHARE`; sharing by default), each on its own address.
+    Default,
+    /// `SOFTROCE_SHARE=0`: the device binds the port alone.
+    Off,
+    /// Client and server share one address.
+    OneAddress,
+}
+
+/// One run: (bytes/s, messages/s, CPU seconds of both processes per GB moved, the setup
+/// included).
+fn rc_bench_on(kind: &str, size: usize, d: Duration, backend: &str, sharing: Sharing) -> (f64, f64, f64) {
+    let cpu0 = cpu_seconds();
     let (ca, sa) = bench_addrs(backend);
-    let (mut child, mut out, peer) = spawn("rc", &format!("{kind} {size} {sa} {backend}"));
+    let ca = if sharing == Sharing::OneAddress { sa.clone() } else { ca };
+    let env: Vec<(&str, &str)> = match sharing {
+        Sharing::Default => vec![],
+        Sharing::Off => vec![("SOFTROCE_SHARE", "0")],
+        Sharing::OneAddress => vec![("SOFTROCE_SHARE", "1"), ("SOFTROCE_BENCH_PEER", ca.as_str())],
+    };
+    let (mut child, mut out, peer) = spawn_env("rc", &format!("{kind} {size} {sa} {backend}"), &env);
     let p: Vec<&str> = peer.split_whitespace().collect();
     let (qpn, psn, raddr, rkey) = (
         Qpn::new(p[0].parse().unwrap()),
@@ -454,7 +530,13 @@ fn rc_bench(kind: &str, size: usize, d: Duration, backend: &str) -> (f64, f64) {
         p[2].parse().unwrap(),
         Rkey::new(p[3].parse().unwrap()),
     );
-    let dev = Device::open(DeviceConfig::new(ca.as_str()).with_backend(backend.parse().unwrap())).unwrap();
+    let mut cfg = DeviceConfig::new(ca.as_str()).with_backend(backend.parse().unwrap());
+    match sharing {
+        Sharing::Default => {}
+        Sharing::Off => cfg = cfg.with_share(false),
+        Sharing::OneAddress => cfg = cfg.with_share(true),
+    }
+    let dev = Device::open(cfg).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8192).unwrap();
     let mut init = QpInitAttr::rc(&cq, &cq);
@@ -514,7 +596,82 @@ fn rc_bench(kind: &str, size: usize, d: Duration, backend: &str) -> (f64, f64) {
     let msgs = (done - counted) as f64;
     drop(child.stdin.take());
     child.wait().unwrap();
-    (msgs * size as f64 / secs, msgs / secs)
+    let total = done as f64 * size as f64;
+    (msgs * size as f64 / secs, msgs / secs, (cpu_seconds() - cpu0) / (total / 1e9))
+}
+
+/// CPU time of this process and its waited-for children so far, in seconds.
+fn cpu_seconds() -> f64 {
+    let t = |who| {
+        // SAFETY: getrusage writes one `rusage` into the zeroed value it is given.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(who, &mut u) };
+        let tv = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+        tv(u.ru_utime) + tv(u.ru_stime)
+    };
+    t(libc::RUSAGE_SELF) + t(libc::RUSAGE_CHILDREN)
+}
+
+/// The `shared` rows: unshared devices, sharing devices alone on their addresses, and two
+/// processes on one address, side by side (see the module docs).
+fn shared(d: Duration) {
+    println!(
+        "softroce, one address shared by two processes, {} s per run ({} cores)",
+        d.as_secs_f64(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let modes = [Sharing::Off, Sharing::Default, Sharing::OneAddress];
+    let name = |m: Sharing| match m {
+        Sharing::Off => "unshared (SOFTROCE_SHARE=0)",
+        Sharing::Default => "shared, one process per address",
+        Sharing::OneAddress => "shared, both on one address",
+    };
+    println!();
+    println!("{:<44} {:>10} {:>10} {:>8} {:>12}", "run", "Gb/s", "Mmsg/s", "ratio", "CPU s/GB");
+    // Each mode three times, interleaved, the best run of each: a busy machine slows some runs
+    // of every mode; the best shows what the path itself costs. The CPU time per byte (both
+    // processes, least of the three) is the steadier measure on a busy machine.
+    let rounds = 3;
+    for (kind, size) in [("write", 65536usize), ("send", 64)] {
+        let mut r = vec![(0.0f64, 0.0f64, f64::MAX); modes.len()];
+        for _ in 0..rounds {
+            for (k, m) in modes.iter().enumerate() {
+                let v = rc_bench_on(kind, size, d, "udp", *m);
+                if v.1 > r[k].1 {
+                    (r[k].0, r[k].1) = (v.0, v.1);
+                }
+                r[k].2 = r[k].2.min(v.2);
+            }
+        }
+        for (m, v) in modes.iter().zip(&r) {
+            let ratio = if kind == "write" { v.0 / r[0].0 } else { v.1 / r[0].1 };
+            println!(
+                "{:<44} {:>10.2} {:>10.3} {:>8.2} {:>12.3}",
+                format!("rc {kind} {size} B, {}", name(*m)),
+                v.0 * 8.0 / 1e9,
+                v.1 / 1e6,
+                ratio,
+                v.2
+            );
+        }
+    }
+    println!();
+    println!("{:<44} {:>10} {:>8}", "latency, 2 B, half round trip (median)", "us", "ratio");
+    for (i, test) in ["send-lat", "write-lat", "read-lat"].iter().enumerate() {
+        let mut best = vec![f64::MAX; modes.len()];
+        for round in 0..rounds {
+            for (k, m) in modes.iter().enumerate() {
+                let port = 18_700 + (((i * rounds + round) * modes.len() + k) % 1000) as u16;
+                match perf_lat_on(test, 20_000, port, true, *m) {
+                    Ok(us) => best[k] = best[k].min(us),
+                    Err(e) => println!("{:<44} failed: {e}", format!("{test}, {}", name(*m))),
+                }
+            }
+        }
+        for (k, m) in modes.iter().enumerate() {
+            println!("{:<44} {:>10.2} {:>8.2}", format!("{test}, {}", name(*m)), best[k], best[k] / best[0]);
+        }
+    }
 }
 
 /// The `engines` rows: many busy QPs with one and with two engine threads per device.
@@ -704,7 +861,8 @@ fn child(role: &str) {
             let mut line = String::new();
             std::io::stdin().read_line(&mut line).unwrap();
             let p: Vec<u32> = line.split_whitespace().map(|x| x.parse().unwrap()).collect();
-            connect(&dev, &qp, Qpn::new(p[0]), Psn::new(p[1]), &bench_addrs(backend).0, Psn::new(0x2000));
+            let peer = std::env::var("SOFTROCE_BENCH_PEER").unwrap_or_else(|_| bench_addrs(backend).0);
+            connect(&dev, &qp, Qpn::new(p[0]), Psn::new(p[1]), &peer, Psn::new(0x2000));
             let mut posted = 0u64;
             if kind == "send" {
                 while posted < 4096 {

@@ -253,17 +253,17 @@ fn the_memory_backend_runs_one_engine() {
     assert_eq!(d.engine_threads(), 1);
 }
 
-/// Two multi-engine devices cannot share an address (the second would join the first's
-/// `SO_REUSEPORT` group and take its packets).
+/// Unshared multi-engine devices cannot share an address (the second would join the first's
+/// `SO_REUSEPORT` group and take its packets); sharing ones do, each with its own QPs
+/// (tests/shared_address.rs).
 #[test]
-fn a_multi_engine_address_is_not_shared() {
+fn an_unshared_multi_engine_address_is_not_shared() {
     let ip = loopback_ip();
-    let _a = Device::open(DeviceConfig::new(ip.clone()).with_engine_threads(2)).unwrap();
-    assert!(matches!(
-        Device::open(DeviceConfig::new(ip.clone()).with_engine_threads(2)),
-        Err(Error::Bind { .. })
-    ));
-    assert!(matches!(Device::open(DeviceConfig::new(ip)), Err(Error::Bind { .. })));
+    let unshared = |n| DeviceConfig::new(ip.clone()).with_engine_threads(n).with_share(false);
+    let _a = Device::open(unshared(2)).unwrap();
+    assert!(matches!(Device::open(unshared(2)), Err(Error::Bind { .. })));
+    assert!(matches!(Device::open(unshared(1)), Err(Error::Bind { .. })));
+    assert!(matches!(Device::open(DeviceConfig::new(ip.clone()).with_share(true)), Err(Error::Bind { .. })));
 }
 
 /// Two QPs of one device on different engines, connected to each other (packets leave one

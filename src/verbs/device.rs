@@ -95,6 +95,20 @@ pub struct DeviceConfig {
     /// an SRQ gets a number on the SRQ's engine. Only the UDP backend steers packets: the raw
     /// and in-memory backends run one engine whatever this says (with a logged warning).
     pub engine_threads: usize,
+    /// Share the address with the devices of other processes (on by default;
+    /// `SOFTROCE_SHARE=0` turns it off for every device the process opens): a UDP device on
+    /// `<address>:<port>` joins the other softroce devices of the same user on it, as the
+    /// processes of a host share a kernel RDMA device — QP numbers unique per address, each
+    /// packet steered by the kernel to the process that owns its QP, the CM's messages to the
+    /// process whose connection or listener they are for (docs/design/shared-device.md). Off,
+    /// the device binds the port alone and a second device on the address fails with "address
+    /// in use". The raw and in-memory backends never share; nor does port 0.
+    pub share: bool,
+}
+
+/// Whether devices share their address by default: yes; `SOFTROCE_SHARE=0` turns it off.
+fn default_share() -> bool {
+    std::env::var("SOFTROCE_SHARE").as_deref() != Ok("0")
 }
 
 /// The default number of engine threads: `SOFTROCE_ENGINE_THREADS` (1 to
@@ -128,7 +142,12 @@ impl DeviceConfig {
             ecn: false,
             inline_progress: default_inline_progress(),
             engine_threads: default_engine_threads(),
+            share: default_share(),
         }
+    }
+    /// The same with sharing of the address on or off (see [`DeviceConfig::share`]).
+    pub fn with_share(self, share: bool) -> DeviceConfig {
+        DeviceConfig { share, ..self }
     }
     /// The same with `n` engine threads (see [`DeviceConfig::engine_threads`]).
     pub fn with_engine_threads(self, n: usize) -> DeviceConfig {
@@ -294,6 +313,8 @@ pub(crate) struct EngineLink {
     pub engine_deadline: AtomicU64,
     /// Datagrams this engine read from its own socket.
     pub rcvd: AtomicU64,
+    /// Of those, probes of a shared address's steering (answered, not a QP's).
+    pub probes: AtomicU64,
     /// This engine's counters as of its last publication (for the counters file).
     pub snapshot: Mutex<DeviceCounters>,
 }
@@ -337,6 +358,18 @@ pub enum AsyncEvent {
         /// The SRQ number.
         srqn: u32,
     },
+}
+
+/// A device's part in an address it shares with the devices of other processes
+/// ([`Device::sharing`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sharing {
+    /// This device's slot (0..63): bits 23..18 of its QP numbers.
+    pub slot: u8,
+    /// Devices on the address now, this one included.
+    pub members: u32,
+    /// The other members: `(slot, process id)`.
+    pub peers: Vec<(u8, u32)>,
 }
 
 /// What every handle of a device shares with the engine.
@@ -383,6 +416,10 @@ pub(crate) struct DeviceShared {
     /// [`DeviceConfig::spin`]: also how long [`super::CompletionQueue::wait`] polls before
     /// it sleeps.
     pub spin: std::time::Duration,
+    /// The device's part of a shared address ([`DeviceConfig::share`]); `None`: unshared.
+    pub share: Option<Arc<super::share::Share>>,
+    /// QP numbers in use (a member of a shared address has 2^18 of them and reuses them).
+    pub qpns: Mutex<std::collections::HashSet<u32>>,
 }
 
 /// The engine's outlet for IB CM events: `(endpoint, now, event)`.
@@ -516,6 +553,13 @@ impl Drop for EngineHandle {
                 // itself.)
                 let _ = t.join();
             }
+        }
+        // Then the engines' sockets (inline progress holds their state too) and only then the
+        // member's connections: the other members of a shared address see this one go when
+        // its sockets have left the group, and renew their steering without it.
+        self.cores.clear();
+        if let Some(share) = &self.shared.share {
+            share.close();
         }
     }
 }
@@ -819,6 +863,8 @@ impl Device {
             );
             threads = 1;
         }
+        // A shared address's membership, held until its engines run and it has steered.
+        let mut joining: Option<super::share::Joining> = None;
         let backends: Vec<Box<dyn super::backend::Backend>> = match &cfg.backend {
             BackendKind::Raw => {
                 use super::backend::raw::{Link, OpenError, RawBackend};
@@ -837,6 +883,28 @@ impl Device {
                         }
                     })?;
                 vec![Box::new(b)]
+            }
+            BackendKind::Udp if cfg.share && cfg.port != 0 => {
+                use super::backend::udp::{UdpBackend, local_socket_addr};
+                let addrs: Vec<_> =
+                    info.addresses.iter().map(|a| local_socket_addr(*a, cfg.port, info.ifindex)).collect();
+                let here = addrs[0];
+                let mut j = super::share::Share::join(&addrs, threads).map_err(|e| match e {
+                    super::share::JoinError::Io(source, _) => Error::Bind { addr: here, source },
+                    other => Error::Bind {
+                        addr: here,
+                        source: std::io::Error::new(std::io::ErrorKind::AddrInUse, other.to_string()),
+                    },
+                })?;
+                let sockets = std::mem::take(&mut j.sockets);
+                joining = Some(j);
+                let mut v: Vec<Box<dyn super::backend::Backend>> = Vec::with_capacity(threads);
+                for s in sockets {
+                    let b = UdpBackend::from_shared(s, cfg.gso, rx.clone())
+                        .map_err(|(addr, source)| Error::Bind { addr, source })?;
+                    v.push(Box::new(b));
+                }
+                v
             }
             BackendKind::Udp => {
                 use super::backend::udp::{UdpBackend, local_socket_addr};
@@ -873,6 +941,7 @@ impl Device {
                 inline_at: AtomicU64::new(0),
                 engine_deadline: AtomicU64::new(u64::MAX),
                 rcvd: AtomicU64::new(0),
+                probes: AtomicU64::new(0),
                 snapshot: Mutex::new(DeviceCounters::default()),
             });
             ends.push((poll, cmd_rx));
@@ -905,6 +974,8 @@ impl Device {
             rdma_cm: Mutex::new(Default::default()),
             epoch: std::time::Instant::now(),
             spin: cfg.spin,
+            share: joining.as_ref().map(|j| j.share.clone()),
+            qpns: Mutex::new(std::collections::HashSet::new()),
         });
         let stats = super::engine::StatsFile::shared(&shared);
         let mut engines = Vec::with_capacity(backends.len());
@@ -921,6 +992,9 @@ impl Device {
                 // (Dropping the handle stops the engines already running.)
                 Err(e) => return Err(e.into()),
             }
+        }
+        if let Some(j) = joining {
+            j.finish();
         }
         let dev = Device { _engine: Arc::new(handle), shared };
         let _ = dev.shared.weak_self.set(dev.downgrade());
@@ -965,7 +1039,19 @@ impl Device {
     /// arrives at its QP's engine; the few that do not are passed on and counted as
     /// `rcvd_forwarded`.
     pub fn engine_received(&self) -> Vec<u64> {
-        self.shared.engines.iter().map(|l| l.rcvd.load(Ordering::Relaxed)).collect()
+        // (A shared address's steering probes are read there too; they are no QP's.)
+        self.shared
+            .engines
+            .iter()
+            .map(|l| l.rcvd.load(Ordering::Relaxed).saturating_sub(l.probes.load(Ordering::Relaxed)))
+            .collect()
+    }
+
+    /// The device's part in a shared address ([`DeviceConfig::share`]): `None` for a device
+    /// that does not share its address.
+    pub fn sharing(&self) -> Option<Sharing> {
+        let s = self.shared.share.as_ref()?;
+        Some(Sharing { slot: s.slot, members: s.members(), peers: s.peer_pids() })
     }
 
     /// Whether `other` is a handle to the same device.
@@ -1203,6 +1289,25 @@ pub struct DeviceCounters {
     pub send_port_fallback: u64,
     /// The IB CM's counters (messages, retries, duplicates, every drop and refusal).
     pub cm: crate::transport::cm::CmCounters,
+    /// A shared address ([`DeviceConfig::share`]): how many devices share it now (this one
+    /// included; 0 for an unshared device).
+    pub share_members: u64,
+    /// Shared address: datagrams this device received for another member and passed on
+    /// (while the kernel's steering is renewed; MADs for another member's CM).
+    pub share_passed_on: u64,
+    /// Shared address: datagrams another member passed on to this one.
+    pub share_passed_in: u64,
+    /// Shared address: datagrams that could not be passed on (the member's connection full
+    /// or gone).
+    pub share_pass_dropped: u64,
+    /// Shared address: packets for a QP of a member that has gone (dropped, also counted in
+    /// `rcvd_unknown_qp`).
+    pub share_gone_qp: u64,
+    /// Shared address: times this device renewed the kernel's steering (after members came
+    /// or went).
+    pub share_steerings: u64,
+    /// Shared address: probe rounds that found the group incomplete and were repeated.
+    pub share_probe_retries: u64,
 }
 
 impl DeviceCounters {
@@ -1245,6 +1350,13 @@ impl DeviceCounters {
             ("rcvd_forwarded", self.rcvd_forwarded),
             ("rcvd_forward_dropped", self.rcvd_forward_dropped),
             ("send_port_fallback", self.send_port_fallback),
+            ("share_members", self.share_members),
+            ("share_passed_on", self.share_passed_on),
+            ("share_passed_in", self.share_passed_in),
+            ("share_pass_dropped", self.share_pass_dropped),
+            ("share_gone_qp", self.share_gone_qp),
+            ("share_steerings", self.share_steerings),
+            ("share_probe_retries", self.share_probe_retries),
         ])
     }
 }

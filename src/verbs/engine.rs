@@ -52,6 +52,22 @@ use crate::wire::{ICRC_LEN, Opcode, Packet, PacketRepr, Psn};
 pub(crate) const WAKE: mio::Token = mio::Token(0);
 /// Token of the backend's socket.
 const SOCKET: mio::Token = mio::Token(1);
+/// Token of a shared address's member sockets (engine 0 of a shared device).
+const SHARE: mio::Token = mio::Token(2);
+/// How often a busy engine 0 looks at the member sockets of a shared address (when idle it
+/// sleeps in a poll that includes them).
+const SHARE_LOOK: Duration = Duration::from_micros(200);
+
+/// Where a datagram came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// This engine's socket.
+    Socket,
+    /// Another engine of the device, which received it for one of this engine's QPs.
+    Engine,
+    /// Another process's device on the same address, which received it for this one.
+    Peer,
+}
 
 /// Requests from application threads.
 pub(crate) enum Command {
@@ -228,6 +244,11 @@ impl Engine {
     ) -> std::io::Result<Engine> {
         backend.register(poll.registry(), SOCKET)?;
         backend.set_waker(shared.engines[idx].waker.clone());
+        if idx == 0
+            && let Some(fd) = shared.share.as_ref().and_then(|s| s.poll_fd())
+        {
+            poll.registry().register(&mut mio::unix::SourceFd(&fd), SHARE, mio::Interest::READABLE)?;
+        }
         let port = backend.port();
         let stats = Stats { dirty: true, last: Instant::now() - Duration::from_secs(1), file: stats };
         let cm = CmEndpoint::new(
@@ -273,6 +294,11 @@ impl Engine {
         let core_arc = self.core.clone();
         // Opened here, on the engine thread: the thread whose scheduling it measures.
         core_arc.lock().stall = StallClock::for_this_thread();
+        let shares = {
+            let c = core_arc.lock();
+            c.st.idx == 0 && c.st.shared.share.is_some()
+        };
+        let mut share_looked = Instant::now();
         loop {
             let mut core = core_arc.lock();
             let mut work = match self.commands(&mut core) {
@@ -281,6 +307,10 @@ impl Engine {
             };
             let now = core.now();
             core.stall.sample(now, woke);
+            if shares && (woke || share_looked.elapsed() >= SHARE_LOOK) {
+                share_looked = Instant::now();
+                work |= core.share_turn(now);
+            }
             woke = false;
             work |= core.receive(now);
             work |= core.take_posts();
@@ -543,7 +573,7 @@ impl Core {
         // One batch per turn: acknowledgements and new packets go out between batches, which
         // keeps the peer's window moving.
         for _ in 0..1 {
-            match backend.recv(&mut |d| st.on_datagram(d, now, &mrs, false)) {
+            match backend.recv(&mut |d| st.on_datagram(d, now, &mrs, Origin::Socket)) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => got += n,
             }
@@ -562,9 +592,19 @@ impl Core {
                 ecn: f.ecn,
                 ip_header: f.ip_header.as_deref(),
             };
-            st.on_datagram(d, now, &mrs, true);
+            st.on_datagram(d, now, &mrs, Origin::Engine);
         }
         got > 0
+    }
+
+    /// Engine 0 of a shared address: members joining and leaving, and the datagrams other
+    /// members passed on to this one.
+    fn share_turn(&mut self, now: Time) -> bool {
+        let st = &mut self.st;
+        let Some(share) = st.shared.share.clone() else { return false };
+        let shared = st.shared.clone();
+        let mrs = shared.mrs.read();
+        share.poll_io(&mut |d| st.on_datagram(d, now, &mrs, Origin::Peer))
     }
 
     /// Moves posted work requests into their QPs.
@@ -963,6 +1003,24 @@ impl State {
             rcvd_forward_dropped: rx.forward_dropped.load(Ordering::Relaxed),
             send_port_fallback: rx.send_port_fallback.load(Ordering::Relaxed),
             cm: self.cm.counters().clone(),
+            ..self.share_counters()
+        }
+    }
+
+    /// The counters of a shared address (all zero for an unshared device).
+    fn share_counters(&self) -> DeviceCounters {
+        let Some(s) = &self.shared.share else { return DeviceCounters::default() };
+        let c = &s.counters;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        DeviceCounters {
+            share_members: u64::from(s.members()),
+            share_passed_on: get(&c.passed_on),
+            share_passed_in: get(&c.passed_in),
+            share_pass_dropped: get(&c.pass_dropped),
+            share_gone_qp: get(&c.gone),
+            share_steerings: get(&c.steerings),
+            share_probe_retries: get(&c.probe_retries),
+            ..DeviceCounters::default()
         }
     }
 
@@ -1003,15 +1061,46 @@ impl State {
         Ok(())
     }
 
-    /// One received packet; `forwarded`: another engine of the device received it.
-    fn on_datagram(&mut self, d: Datagram<'_>, now: Time, mrs: &MrTable, forwarded: bool) {
+    /// One received packet, and where it came from.
+    fn on_datagram(&mut self, d: Datagram<'_>, now: Time, mrs: &MrTable, origin: Origin) {
         let rx = &self.shared.rx;
+        if origin == Origin::Socket
+            && let Some(share) = &self.shared.share
+        {
+            // A shared address: probes of the steering, and packets for another member's QPs
+            // (while the steering is being renewed) go no further here.
+            if let [_, _, _, _, _, a, b, c, ..] = *d.payload
+                && u32::from_be_bytes([0, a, b, c]) >= super::share::PROBE_BASE
+                && share.answer_probe(d.payload, d.src, self.idx)
+            {
+                self.shared.engines[self.idx].probes.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
         let Ok(p) = Packet::new_checked(d.payload) else {
             rx.malformed.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        if !forwarded && self.shared.engines.len() > 1 {
-            let owner = self.shared.engine_of(p.bth().dest_qp());
+        let dest = p.bth().dest_qp();
+        if origin == Origin::Socket
+            && dest != GSI_QPN
+            && let Some(share) = &self.shared.share
+        {
+            match share.owner_of_qpn(dest, d.dst) {
+                super::share::Owner::Mine => {}
+                super::share::Owner::Peer(i, slot) => {
+                    share.pass_on(i, slot, &d);
+                    return;
+                }
+                super::share::Owner::Gone => {
+                    share.counters.gone.fetch_add(1, Ordering::Relaxed);
+                    rx.unknown_qp.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+        if origin != Origin::Engine && self.shared.engines.len() > 1 {
+            let owner = self.shared.engine_of(dest);
             if owner != self.idx {
                 forward(&self.shared.engines[owner], rx, &d);
                 return;
@@ -1025,9 +1114,9 @@ impl State {
             // Congestion Experienced: counted (the basis for congestion control).
             rx.ecn_ce.fetch_add(1, Ordering::Relaxed);
         }
-        let qpn = p.bth().dest_qp();
+        let qpn = dest;
         if qpn == GSI_QPN {
-            self.on_gsi(&d, &p, now);
+            self.on_gsi(&d, &p, now, origin);
             return;
         }
         let Some(slot) = self.qps.get_mut(&qpn) else {
@@ -1069,7 +1158,7 @@ impl State {
     /// A packet for QP1: checked as rxe checks a GSI QP's packets (UD SEND Only, P_Key
     /// matching the default partition, Q_Key 0x80010000), then given to the IB CM, which does
     /// the MAD layer's checks.
-    fn on_gsi(&mut self, d: &Datagram<'_>, p: &Packet<'_>, now: Time) {
+    fn on_gsi(&mut self, d: &Datagram<'_>, p: &Packet<'_>, now: Time, origin: Origin) {
         let rx = &self.shared.rx;
         let bth = p.bth();
         if bth.opcode() != Opcode::UD_SEND_ONLY {
@@ -1094,6 +1183,15 @@ impl State {
             Some(ip) if ip.len() >= 2 => (ip[0] << 4) | (ip[1] >> 4),
             _ => 0,
         };
+        // On a shared address the kernel hands every MAD to one member: the CM connection or
+        // listener it is for may be another's.
+        if origin == Origin::Socket
+            && let Some(share) = &self.shared.share
+            && let super::share::Owner::Peer(i, slot) = share.owner_of_mad(p.payload(), d.dst)
+        {
+            share.pass_on(i, slot, d);
+            return;
+        }
         let from = MadAddr {
             remote_gid: Gid::from_ip(d.src.ip()).0,
             local_gid: Gid::from_ip(d.dst).0,
@@ -1284,7 +1382,14 @@ fn cm_config(shared: &DeviceShared) -> CmConfig {
         node_guid = 0x0200_0000_0000_0000
             | u64::from_be_bytes(g[8..16].try_into().unwrap_or_default()) & 0xffff_ffff_ffff;
     }
-    CmConfig { node_guid, gid0: shared.gids.first().map_or([0; 16], |g| g.0), ..CmConfig::default() }
+    CmConfig {
+        node_guid,
+        gid0: shared.gids.first().map_or([0; 16], |g| g.0),
+        // A member of a shared address puts its slot in its communication IDs, so that the
+        // member that receives an answer knows whose connection it is for.
+        id_slot: shared.share.as_ref().map(|s| s.slot),
+        ..CmConfig::default()
+    }
 }
 
 /// Sends the pending batch, if any.

@@ -137,6 +137,7 @@ pub mod mw;
 pub mod pd;
 pub mod qp;
 pub mod rundir;
+pub(crate) mod share;
 pub mod srq;
 mod stall;
 
@@ -144,7 +145,7 @@ pub use ah::AddressHandle;
 pub use backend::memory::MemoryNetwork;
 pub use cq::CompletionQueue;
 pub use device::{
-    AsyncEvent, BackendKind, Device, DeviceAttr, DeviceConfig, DeviceCounters, PortAttr, PortState,
+    AsyncEvent, BackendKind, Device, DeviceAttr, DeviceConfig, DeviceCounters, PortAttr, PortState, Sharing,
 };
 pub use error::{Error, Result};
 pub use gid::{Gid, GidIndex, GidType};

@@ -462,14 +462,25 @@ impl QueuePair {
             dev.shared.qp_count.fetch_sub(1, Ordering::Relaxed);
             return Err(Error::Limit { what: "max_qp", max: attr.max_qp as u64 });
         }
-        // QP numbers start at 0x11 and count up, as on a fresh rxe device. A QP that uses an
-        // SRQ must live on the SRQ's engine (QP `q` on engine `q % engines`): the next number
-        // that maps there (numbers skipped stay unused until the counter wraps).
+        // QP numbers start at 0x11 and count up, as on a fresh rxe device (on a shared address,
+        // within this member's slot: [`super::share::qpn_range`]), skipping numbers in use once
+        // the counter wraps. A QP that uses an SRQ must live on the SRQ's engine (QP `q` on
+        // engine `q % engines`): the next number that maps there.
         let want = init.srq.map(|s| dev.shared.engine_of(s.inner.shared.srqn));
-        let qpn = loop {
-            let q = 0x11 + dev.shared.next_qpn.fetch_add(1, Ordering::Relaxed) % 0xff_ffe0;
-            if want.is_none_or(|e| dev.shared.engine_of(q) == e) {
-                break q;
+        let (base, span) = super::share::qpn_range(dev.shared.share.as_ref().map(|s| s.slot));
+        let qpn = {
+            let mut used = dev.shared.qpns.lock();
+            let mut tries = 0u32;
+            loop {
+                let q = base + dev.shared.next_qpn.fetch_add(1, Ordering::Relaxed) % span;
+                tries += 1;
+                if want.is_none_or(|e| dev.shared.engine_of(q) == e) && used.insert(q) {
+                    break q;
+                }
+                if tries > span {
+                    dev.shared.qp_count.fetch_sub(1, Ordering::Relaxed);
+                    return Err(Error::Limit { what: "max_qp", max: attr.max_qp as u64 });
+                }
             }
         };
         let shared = Arc::new(QpShared {
@@ -488,12 +499,17 @@ impl QueuePair {
             srq: init.srq.map(|s| s.inner.shared.clone()),
         });
         let cqs = (init.send_cq.shared.clone(), init.recv_cq.shared.clone());
-        dev.shared.call_for(qpn, |reply| Command::CreateQp {
+        let created = dev.shared.call_for(qpn, |reply| Command::CreateQp {
             shared: shared.clone(),
             send_cq: cqs.0.clone(),
             recv_cq: cqs.1.clone(),
             reply,
-        })?;
+        });
+        if let Err(e) = created {
+            dev.shared.qpns.lock().remove(&qpn);
+            dev.shared.qp_count.fetch_sub(1, Ordering::Relaxed);
+            return Err(e);
+        }
         Ok(QueuePair { shared, device: dev.clone(), _cqs: cqs, _srq: init.srq.map(|s| s.inner.clone()) })
     }
 
@@ -781,6 +797,7 @@ impl Drop for QueuePair {
     fn drop(&mut self) {
         let qpn = self.shared.qpn;
         let _ = self.device.shared.call_for(qpn, |reply| Command::DestroyQp { qpn, reply });
+        self.device.shared.qpns.lock().remove(&qpn);
         self.device.shared.qp_count.fetch_sub(1, Ordering::Relaxed);
     }
 }

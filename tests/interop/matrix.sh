@@ -617,6 +617,62 @@ fi
 LOSS_IN=""
 fi
 
+# ---- one host address, two host processes (docs/design/shared-device.md): Debian's programs
+# through the drop-in libraries, both on 10.77.0.1 at the same time, each with a different
+# program on kernel rxe in the guest as its peer, one host process the client and the other the
+# server. Without the sharing the second process could not open the device (address in use).
+# shared2 NAME TOOL OPERATION RXE-SERVER HOST-CLIENT HOST-SERVER RXE-CLIENT OK-REGEX
+shared2() {
+    local name=$1 tool=$2 op=$3 g1=$4 hc=$5 hs=$6 g2=$7 ok=$8 res=pass log=$OUT/$1.log rc=0 sent t=$(date +%s.%N)
+    [ -n "$FILTER" ] && [[ $name != *"$FILTER"* ]] && return
+    {
+        echo "### $name: $tool $op, two host processes on $HOST"
+        "$RIG" capture-start "$name" "udp port 4791" >/dev/null 2>&1
+        "$RIG" vm-bg -t 120 1 g1 "$g1"
+        sleep 2
+        echo "--- host server: $hs"
+        "$RIG" host "timeout 120 $hs" > "$log.hs" 2>&1 &
+        local hspid=$!
+        sleep 2
+        echo "--- host client: $hc"
+        "$RIG" host "timeout 120 $hc" > "$log.hc" 2>&1 &
+        local hcpid=$!
+        sleep 1
+        echo "--- rxe client: $g2"
+        "$RIG" vm -t 120 1 "$g2" || { echo "rxe client exit $?"; rc=1; }
+        wait $hcpid || { echo "host client exit $?"; rc=1; }
+        wait $hspid || { echo "host server exit $?"; rc=1; }
+        "$RIG" vm-wait 1 g1 60 || { echo "rxe server exit $?"; rc=1; }
+        echo "--- host client"; cat "$log.hc"; echo "--- host server"; cat "$log.hs"; rm -f "$log.hc" "$log.hs"
+        sleep 0.5
+        "$RIG" capture-stop "$name" >/dev/null 2>&1
+    } > "$log" 2>&1
+    if [ "$rc" != 0 ] || [ "$(grep -cE "$ok" "$log")" -lt 4 ]; then
+        res=fail; echo "programs failed or did not report success" >> "$log"
+    fi
+    local chk
+    if chk=$(check_capture "$name"); then sent=$(echo "$chk" | tail -1); else res=fail; echo "$chk" >> "$log"; sent=$(echo "$chk" | tail -1); fi
+    local secs; secs=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t" | bc)")
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$tool" "$op" "both at once: host 1 → rxe 1, rxe 2 → host 2" 1024 none "$BACKEND" "$res" "-" "$sent / -" >> "$OUT/rows.txt"
+    if [ "$res" = pass ]; then PASS=$((PASS + 1)); else FAIL=$((FAIL + 1)); tail -n 40 "$log" >&2; fi
+    say "$name: $res ($secs s)"
+}
+if [[ " $BACKENDS " == *" udp "* ]] && LIBDIR=$("$SR" lib-path 2>/dev/null) && [ -e "$LIBDIR/librdmacm.so.1" ]; then
+    BACKEND=udp
+    "$RIG" mtu 1500 >/dev/null
+    DL="env SOFTROCE_DEVICES=$HOST LD_LIBRARY_PATH=$LIBDIR"
+    shared2 shared-host-pp ibv_rc_pingpong "SEND 4096 B x 200, data checked, two host processes on one address" \
+        "ibv_rc_pingpong -g 1 -s 4096 -n 200 -c" \
+        "$DL ibv_rc_pingpong -d softroce0 -g 1 -s 4096 -n 200 -c $VM" \
+        "$DL ibv_rc_pingpong -d softroce0 -g 1 -s 4096 -n 200 -c -p 18516" \
+        "ibv_rc_pingpong -g 1 -s 4096 -n 200 -c -p 18516 $HOST" "$PP_OK"
+    shared2 shared-host-rping rping "-V -C 20, two host processes on one address" \
+        "rping -s -a $VM -V -C 20 -v" \
+        "$DL rping -c -a $VM -V -C 20 -v" \
+        "$DL rping -s -a $HOST -V -C 20 -v" \
+        "rping -c -a $HOST -V -C 20 -v" 'ping data: rdma-ping-19'
+fi
+
 # ---- the raw (AF_PACKET) backend: a representative subset, both directions, PMTU 1024,
 # one loss row (the lab sequence: every operation; a 64 KiB write_bw under loss takes 75 s),
 # and IPv6 GIDs (softroce binds br0 in the rig's namespace; every packet it

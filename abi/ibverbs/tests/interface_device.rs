@@ -155,3 +155,38 @@ fn libfabric_verbs_datagram_endpoint_uses_gid_0() {
         assert!(out.lines().any(|l| l.starts_with("64 ") && l.contains("=100")), "{out}");
     }
 }
+
+#[test]
+#[ignore = "needs root: network namespaces"]
+fn two_processes_share_one_interface_device_on_both_its_addresses() {
+    // The server and the client on the same interface device in one namespace (one address
+    // shared, docs/design/shared-device.md), over GID 0 (the link-local address's group) and
+    // GID 1 (the IPv4 address's), data checked.
+    require_root();
+    if !prerequisites("two_processes_share_one_interface_device_on_both_its_addresses", &[]) {
+        return;
+    }
+    let p = VethPair::new(3);
+    let lib = lib_dir("shared_iface");
+    let lib = lib.to_str().unwrap();
+    for (prog, gid) in [("ibv_rc_pingpong", "0"), ("ibv_ud_pingpong", "0"), ("ibv_rc_pingpong", "1")] {
+        let port = free_port().to_string();
+        let args = ["-d", "softroce0", "-g", gid, "-n", "200", "-c", "-p", &port];
+        let env = [("SOFTROCE_DEVICES", p.dev[0].as_str()), ("LD_LIBRARY_PATH", lib)];
+        let server = p.spawn(0, &env, prog, &args);
+        let t = Instant::now();
+        while !p.listening(0, port.parse().unwrap()) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let client = p.spawn(0, &env, prog, &[&args[..], &[p.v4[0].as_str()]].concat());
+        let (cok, cout) = finish(client, Duration::from_secs(60));
+        let (sok, sout) = finish(server, Duration::from_secs(10));
+        assert!(
+            cok && sok,
+            "{prog} -g {gid}, both on {}\n--- server:\n{sout}\n--- client:\n{cout}",
+            p.dev[0]
+        );
+        let want = if gid == "0" { p.link_local(0) } else { format!("::ffff:{}", p.v4[0]) };
+        assert_eq!((local_gid(&sout), local_gid(&cout)), (want.as_str(), want.as_str()), "{sout}\n{cout}");
+    }
+}

@@ -77,6 +77,12 @@ struct Listener {
     backlog: usize,
 }
 
+/// Where a shared address's member puts its slot in its communication IDs
+/// ([`CmConfig::id_slot`]): bits 31..26.
+pub const ID_SLOT_SHIFT: u32 = 26;
+/// The index part of such an ID.
+const ID_INDEX_MASK: u32 = (1 << ID_SLOT_SHIFT) - 1;
+
 /// The CM of one port, sans IO. See the [module documentation](super).
 #[derive(Debug)]
 pub struct CmEndpoint {
@@ -275,13 +281,25 @@ impl CmEndpoint {
     // ---- IDs -------------------------------------------------------------------------
 
     fn wire_id(&self, index: u32) -> CmId {
-        // Linux: local_id = (__force __be32)xarray_index ^ random_id_operand, sent as the
-        // big-endian value of those bytes. The index's bytes are little-endian in memory.
-        CmId(index.swap_bytes() ^ self.random_id_operand)
+        match self.config.id_slot {
+            // A member of a shared address: its slot in bits 31..26, the index scrambled below.
+            Some(slot) => {
+                CmId((u32::from(slot) << ID_SLOT_SHIFT) | ((index ^ self.random_id_operand) & ID_INDEX_MASK))
+            }
+            // Linux: local_id = (__force __be32)xarray_index ^ random_id_operand, sent as the
+            // big-endian value of those bytes. The index's bytes are little-endian in memory.
+            None => CmId(index.swap_bytes() ^ self.random_id_operand),
+        }
     }
 
     fn conn_index(&self, id: CmId) -> Option<u32> {
-        Some((id.0 ^ self.random_id_operand).swap_bytes())
+        match self.config.id_slot {
+            Some(slot) if id.0 >> ID_SLOT_SHIFT == u32::from(slot) => {
+                Some((id.0 ^ self.random_id_operand) & ID_INDEX_MASK)
+            }
+            Some(_) => None,
+            None => Some((id.0 ^ self.random_id_operand).swap_bytes()),
+        }
     }
 
     /// `cm_acquire_id`: the connection with this local ID whose remote ID is `remote`.
@@ -308,11 +326,13 @@ impl CmEndpoint {
         if self.conns.len() >= self.config.max_connections {
             return None;
         }
-        let mut i = self.next_index;
+        // With a slot in the IDs, indices have 26 bits.
+        let mask = if self.config.id_slot.is_some() { ID_INDEX_MASK } else { u32::MAX };
+        let mut i = self.next_index & mask;
         while self.conns.contains_key(&i) {
-            i = i.wrapping_add(1);
+            i = i.wrapping_add(1) & mask;
         }
-        self.next_index = i.wrapping_add(1);
+        self.next_index = i.wrapping_add(1) & mask;
         let id = self.wire_id(i);
         self.conns.insert(
             i,

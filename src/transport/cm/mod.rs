@@ -38,7 +38,7 @@ mod tests;
 use std::time::Duration;
 
 pub use counters::{CmCounters, MESSAGE_NAMES};
-pub use endpoint::{CmEndpoint, SIDR_ANSWER_MEMORY};
+pub use endpoint::{CmEndpoint, ID_SLOT_SHIFT, SIDR_ANSWER_MEMORY};
 
 use crate::wire::cm::CmTransport;
 
@@ -562,6 +562,10 @@ pub struct CmConfig {
     pub gid0: [u8; 16],
     /// The most connections (of every state) the endpoint keeps; a REQ beyond is dropped.
     pub max_connections: usize,
+    /// A slot (0..63) to carry in bits 31..26 of every communication ID and SIDR request ID
+    /// this endpoint forms: what a device shared by several processes needs, so that the
+    /// process that receives an answer can tell whose it is. `None`: IDs as Linux forms them.
+    pub id_slot: Option<u8>,
 }
 
 impl Default for CmConfig {
@@ -573,6 +577,7 @@ impl Default for CmConfig {
             pkeys: vec![0xffff],
             gid0: [0; 16],
             max_connections: 1 << 16,
+            id_slot: None,
         }
     }
 }

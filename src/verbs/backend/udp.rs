@@ -125,7 +125,7 @@ fn bind(addr: SocketAddr) -> io::Result<socket2::Socket> {
 /// binds with `IPV6_FREEBIND`: one still in duplicate address detection (tentative, the first
 /// second or two after its interface came up) cannot be bound otherwise; the socket receives
 /// once the address is usable.
-fn bind_with(addr: SocketAddr, reuse_port: bool) -> io::Result<socket2::Socket> {
+pub(crate) fn bind_with(addr: SocketAddr, reuse_port: bool) -> io::Result<socket2::Socket> {
     let domain = if addr.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 };
     let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
     if let SocketAddr::V6(v6) = addr {
@@ -174,9 +174,16 @@ pub(crate) fn steering_program(n: u32) -> [libc::sock_filter; 4] {
 
 /// Attaches [`steering_program`] to the `SO_REUSEPORT` group of `s`.
 fn attach_steering(s: &socket2::Socket, n: u32) -> io::Result<()> {
+    attach_program(s, &steering_program(n))
+}
+
+/// Attaches classic BPF program `prog` to the `SO_REUSEPORT` group of `s` (replacing the
+/// group's program: one per group, whichever member attaches it).
+pub(crate) fn attach_program(s: &socket2::Socket, prog: &[libc::sock_filter]) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let mut prog = steering_program(n);
-    let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_mut_ptr() };
+    let mut prog = prog.to_vec();
+    let len = u16::try_from(prog.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let fprog = libc::sock_fprog { len, filter: prog.as_mut_ptr() };
     // SAFETY: the kernel copies `fprog.len` instructions from `fprog.filter`, which points
     // into `prog`, alive and unmoved for the call; it reads `size_of::<sock_fprog>()` bytes
     // from `&fprog`.
@@ -261,6 +268,19 @@ impl UdpBackend {
             group.push(b);
         }
         Ok(group)
+    }
+
+    /// Backends on sockets of a shared address's groups ([`crate::verbs::share`]), one per
+    /// address: their send sockets too are bound with `SO_REUSEPORT`, since other processes'
+    /// QPs on the address may send from the same source ports.
+    pub(crate) fn from_shared(
+        socks: Vec<(SocketAddr, socket2::Socket)>,
+        gso: bool,
+        rx: Arc<RxCounters>,
+    ) -> Result<UdpBackend, BindError> {
+        let mut b = UdpBackend::from_sockets(socks, gso, rx)?;
+        b.reuse_senders = true;
+        Ok(b)
     }
 
     /// A backend on bound sockets `socks`, one per local address (the port of the first is

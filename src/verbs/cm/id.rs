@@ -558,6 +558,10 @@ impl CmId {
                     cm.listen(sid, backlog)?;
                 }
                 g.listeners.push((l, inner));
+                // Requests that reach another process sharing the address come here.
+                if let Some(share) = &s.share {
+                    share.announce_listen(sid, l.addr, true);
+                }
                 Ok::<(), crate::transport::cm::CmError>(())
             });
             match r {
@@ -937,6 +941,11 @@ impl Drop for CmId {
                 let (l, _) = g.listeners.remove(pos);
                 if !g.listeners.iter().any(|(x, _)| x.service_id() == l.service_id()) {
                     let _ = cm.cancel_listen(l.service_id());
+                }
+                if let Some(share) = &s.share
+                    && !g.listeners.iter().any(|(x, _)| x.service_id() == l.service_id() && x.addr == l.addr)
+                {
+                    share.announce_listen(l.service_id(), l.addr, false);
                 }
             });
         }

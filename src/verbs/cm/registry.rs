@@ -153,6 +153,8 @@ pub(crate) struct PortBinding {
     ps: PortSpace,
     addr: SocketAddr,
     id: u64,
+    /// The port's claim among the processes of the network namespace (see [`claim`]).
+    _claim: Option<socket2::Socket>,
 }
 
 impl PortBinding {
@@ -187,21 +189,65 @@ fn conflicts(list: &[Bound], ip: IpAddr, reuse: bool) -> bool {
 pub(crate) fn bind_port(ps: PortSpace, addr: SocketAddr, id: u64, reuse: bool) -> Result<PortBinding> {
     let mut g = PORTS.lock();
     let map = g.get_or_insert_with(HashMap::new);
-    let port = if addr.port() != 0 {
+    if addr.port() != 0 {
         if map.get(&(ps, addr.port())).is_some_and(|l| conflicts(l, addr.ip(), reuse)) {
             return Err(Error::AddrInUse(addr));
         }
-        addr.port()
-    } else {
-        let span = u32::from(EPHEMERAL.end() - EPHEMERAL.start()) + 1;
-        let start = (rand32() % span) as u16;
-        let free = (0..span as u16)
-            .map(|i| EPHEMERAL.start() + (start + i) % span as u16)
-            .find(|p| !map.get(&(ps, *p)).is_some_and(|l| conflicts(l, addr.ip(), false)));
-        free.ok_or(Error::NoFreePort)?
+        let claim = if reuse { None } else { claim(ps, addr.ip(), addr.port())? };
+        if !reuse && claim.is_none() {
+            return Err(Error::AddrInUse(addr));
+        }
+        map.entry((ps, addr.port())).or_default().push(Bound { ip: addr.ip(), id, reuse });
+        return Ok(PortBinding { ps, addr, id, _claim: claim });
+    }
+    let span = u32::from(EPHEMERAL.end() - EPHEMERAL.start()) + 1;
+    let start = (rand32() % span) as u16;
+    for p in (0..span as u16).map(|i| EPHEMERAL.start() + (start + i) % span as u16) {
+        if map.get(&(ps, p)).is_some_and(|l| conflicts(l, addr.ip(), false)) {
+            continue;
+        }
+        let Some(c) = claim(ps, addr.ip(), p)? else { continue };
+        map.entry((ps, p)).or_default().push(Bound { ip: addr.ip(), id, reuse });
+        return Ok(PortBinding { ps, addr: SocketAddr::new(addr.ip(), p), id, _claim: Some(c) });
+    }
+    Err(Error::NoFreePort)
+}
+
+/// Claims `port` of `ps` on `ip` among the processes of the network namespace, as the kernel's
+/// one port space per namespace would refuse a port another process holds: an abstract unix
+/// name per (port space, port, address), `any` for the wildcard, bound while the binding lives
+/// (released by the kernel when the process dies). A specific address conflicts with the
+/// wildcard and itself; the wildcard with any address. `None`: the port is taken. Ports bound
+/// with reuse (`RDMA_OPTION_ID_REUSEADDR`) are not claimed across processes.
+fn claim(ps: PortSpace, ip: IpAddr, port: u16) -> Result<Option<socket2::Socket>> {
+    use crate::verbs::share::unix;
+    let base = format!("\0softroce/v1/cm/{}/{port}/", ps as u16);
+    let name = |what: &str| format!("{base}{what}").into_bytes();
+    let io = |e: std::io::Error| Error::AddrNotAvailable { addr: ip, why: format!("port claim: {e}") };
+    let _lock = unix::NameLock::acquire(&name("lock"), std::time::Duration::from_secs(5)).map_err(io)?;
+    let taken = |what: &str| match unix::bind(socket2::Type::DGRAM, &name(what)) {
+        Ok(_) => Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Ok(true),
+        Err(e) => Err(io(e)),
     };
-    map.entry((ps, port)).or_default().push(Bound { ip: addr.ip(), id, reuse });
-    Ok(PortBinding { ps, addr: SocketAddr::new(addr.ip(), port), id })
+    if ip.is_unspecified() {
+        // Any address of the port claimed by another process?
+        let prefix = format!("@softroce/v1/cm/{}/{port}/", ps as u16);
+        let others = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+        if others.lines().any(|l| {
+            l.split_whitespace().last().is_some_and(|n| n.starts_with(&prefix) && !n.ends_with("/lock"))
+        }) {
+            return Ok(None);
+        }
+    } else if taken("any")? {
+        return Ok(None);
+    }
+    let what = if ip.is_unspecified() { "any".to_string() } else { ip.to_string() };
+    match unix::bind(socket2::Type::DGRAM, &name(&what)) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Ok(None),
+        Err(e) => Err(io(e)),
+    }
 }
 
 impl Drop for PortBinding {

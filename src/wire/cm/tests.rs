@@ -185,3 +185,23 @@ fn rej_reasons() {
     assert_eq!(RejReason::from_u16(34), None);
     assert_eq!(RejReason::VendorOptionNotSupported as u16, 35);
 }
+
+#[test]
+fn the_recipient_of_each_captured_mad() {
+    // A new request names its service; the answers name the receiver's own IDs.
+    assert_eq!(recipient(&hex(RPING_REQ)), Recipient::Service(0x0106_1c06));
+    assert_eq!(recipient(&hex(RPING_REP)), Recipient::Id(0xdc45_30a5));
+    assert_eq!(recipient(&hex(UDADDY_SIDR_REQ)), Recipient::Service(0x0111_1c06));
+    assert_eq!(recipient(&hex(UDADDY_SIDR_REP)), Recipient::Id(0x440e_6bdb));
+    // Too short, another class, ClassPortInfo: the device.
+    let req = hex(RPING_REQ);
+    for n in 0..40 {
+        assert_eq!(recipient(&req[..n]), Recipient::Device, "{n} bytes");
+    }
+    let mut other = req;
+    other[1] = 0x04;
+    assert_eq!(recipient(&other), Recipient::Device);
+    let mut cpi = req;
+    cpi[16..18].copy_from_slice(&1u16.to_be_bytes());
+    assert_eq!(recipient(&cpi), Recipient::Device);
+}
