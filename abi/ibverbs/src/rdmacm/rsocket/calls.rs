@@ -150,10 +150,11 @@ pub fn accept(fd: c_int) -> Result<(c_int, Option<SocketAddr>), Errno> {
             return Step::Done(Err(libc::EBADF));
         }
         match s.take_accepted() {
-            Some(n) => Step::Done(Ok(n)),
+            Some(n) => Step::Done(n),
             None => Step::Wait,
         }
     })?;
+    table::insert(new.clone());
     let peer = match &*new.inner.lock() {
         Kind::Stream(s) => s.peer_addr(),
         _ => None,
@@ -369,22 +370,14 @@ pub fn close(fd: c_int) -> Result<(), Errno> {
     svc::remove_listener(fd);
     svc::set_keepalive(&sock, None);
     table::remove(fd);
-    let pending = {
+    {
         let mut g = sock.inner.lock();
-        let pending = match &mut *g {
+        match &mut *g {
             Kind::Stream(s) => s.close(),
-            Kind::Dgram(d) => {
-                d.close();
-                Vec::new()
-            }
-            Kind::Closed => Vec::new(),
-        };
+            Kind::Dgram(d) => d.close(),
+            Kind::Closed => {}
+        }
         *g = Kind::Closed;
-        pending
-    };
-    // Connections accepted and never taken.
-    for p in pending {
-        let _ = close(p.fd);
     }
     wait::signal();
     Ok(())

@@ -167,20 +167,32 @@ fn register_exit() {
     });
 }
 
+/// At `exit`, in a thread of its own that the exiting thread waits for at most half a
+/// second: `exit` may be called from a signal handler that interrupted this very library
+/// (iperf3 does so on SIGTERM), holding a device's engine for inline progress, and a
+/// disconnect needs the engine — the exit goes on without it rather than hang.
 extern "C" fn disconnect_at_exit() {
     let _ = std::panic::catch_unwind(|| {
-        let Some(all) = table::all() else { return };
-        let mut devices: Vec<softroce::verbs::Device> = Vec::new();
-        for s in all {
-            let Some(mut g) = s.inner.try_lock() else { continue };
-            if let table::Kind::Stream(st) = &mut *g
-                && let Some(d) = st.disconnect_at_exit()
-            {
-                devices.push(d);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new().name("softroce-rs-exit".into()).spawn(move || {
+            let Some(all) = table::all() else { return };
+            let mut devices: Vec<softroce::verbs::Device> = Vec::new();
+            for s in all {
+                let Some(mut g) = s.inner.try_lock() else { continue };
+                if let table::Kind::Stream(st) = &mut *g
+                    && let Some(d) = st.disconnect_at_exit()
+                {
+                    devices.push(d);
+                }
             }
-        }
-        for d in devices {
-            let _ = d.counters();
+            // One more round trip through each engine: the DREQs have left.
+            for d in devices {
+                let _ = d.counters();
+            }
+            let _ = tx.send(());
+        });
+        if spawned.is_ok() {
+            let _ = rx.recv_timeout(std::time::Duration::from_millis(500));
         }
     });
 }

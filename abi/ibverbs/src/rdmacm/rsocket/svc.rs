@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use libc::c_int;
 use parking_lot::Mutex;
 
-use super::table::{self, Kind, Socket};
+use super::table::{Kind, Socket};
 use super::wait;
 
 struct Svc {
@@ -94,12 +94,11 @@ fn run(poke_rx: UnixStream) {
             let Some(l) = w.upgrade() else { continue };
             let new = match &mut *l.inner.lock() {
                 Kind::Stream(st) => st.accept_pending(),
-                _ => Vec::new(),
+                _ => 0,
             };
-            for n in new {
-                table::insert(n);
+            if new > 0 {
+                wait::signal();
             }
-            wait::signal();
         }
         let now = Instant::now();
         let due: Vec<Arc<Socket>> = {

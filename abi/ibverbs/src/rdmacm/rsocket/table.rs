@@ -35,6 +35,11 @@ impl Socket {
         Arc::new(Socket { fd: s.fd(), inner: Mutex::new(Kind::Stream(Box::new(s))) })
     }
 
+    /// A stream socket already boxed.
+    pub fn stream_boxed(s: Box<StreamSock>) -> Arc<Socket> {
+        Arc::new(Socket { fd: s.fd(), inner: Mutex::new(Kind::Stream(s)) })
+    }
+
     /// A datagram socket (numbered by its UDP socket's descriptor).
     pub fn dgram(s: DgramSock) -> Arc<Socket> {
         Arc::new(Socket { fd: s.fd(), inner: Mutex::new(Kind::Dgram(Box::new(s))) })

@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,7 +112,7 @@ pub enum Phase {
 /// The connections a listener has accepted and the application has not taken yet, and a
 /// descriptor readable while there are any (rdma-core's `accept_queue` socket pair).
 pub struct AcceptQueue {
-    queue: VecDeque<Arc<Socket>>,
+    queue: VecDeque<Box<StreamSock>>,
     tx: UnixStream,
     rx: UnixStream,
 }
@@ -125,12 +125,12 @@ impl AcceptQueue {
         Ok(AcceptQueue { queue: VecDeque::new(), tx, rx })
     }
 
-    fn push(&mut self, s: Arc<Socket>) {
+    fn push(&mut self, s: Box<StreamSock>) {
         self.queue.push_back(s);
         let _ = (&self.tx).write(&[1]);
     }
 
-    fn pop(&mut self) -> Option<Arc<Socket>> {
+    fn pop(&mut self) -> Option<Box<StreamSock>> {
         let s = self.queue.pop_front()?;
         let _ = (&self.rx).read(&mut [0u8; 1]);
         Some(s)
@@ -321,6 +321,9 @@ pub struct StreamSock {
     pub err: c_int,
     /// A listener's accepted connections.
     pub accepted: Option<AcceptQueue>,
+    /// The socket's number when it is not the channel's descriptor: an accepted socket's,
+    /// made when `raccept` hands it out.
+    number: Option<OwnedFd>,
     /// Keep-alives are on (`SO_KEEPALIVE`).
     pub keepalive: bool,
     /// The peer's address (`rconnect`'s).
@@ -349,6 +352,7 @@ impl StreamSock {
             ep: None,
             err: 0,
             accepted: None,
+            number: None,
             keepalive: false,
             dst: None,
             iomaps: Vec::new(),
@@ -358,7 +362,7 @@ impl StreamSock {
 
     /// The socket's number.
     pub fn fd(&self) -> c_int {
-        self.chan.as_raw_fd()
+        self.number.as_ref().map_or_else(|| self.chan.as_raw_fd(), |n| n.as_raw_fd())
     }
 
     /// The protocol state machine of a connected socket.
@@ -375,12 +379,7 @@ impl StreamSock {
     pub fn progress(&mut self) -> bool {
         if self.phase == Phase::Listening {
             // (The service thread does the same when the application is not calling.)
-            let new = self.accept_pending();
-            let any = !new.is_empty();
-            for n in new {
-                super::table::insert(n);
-            }
-            return any;
+            return self.accept_pending() > 0;
         }
         let mut any = false;
         while let Ok(Some(ev)) = self.chan.try_get_event() {
@@ -555,10 +554,9 @@ impl StreamSock {
 
     /// Accepts every connection request waiting on a listener (rdma-core's `rs_accept`, in
     /// its service thread): a request whose private data is not an rsocket's is rejected; the
-    /// others get a socket, connected, queued for `raccept`. Returns the new sockets (to be
-    /// entered in the table).
-    pub fn accept_pending(&mut self) -> Vec<Arc<Socket>> {
-        let mut out = Vec::new();
+    /// others get a socket, connected, queued for `raccept`. Returns how many.
+    pub fn accept_pending(&mut self) -> usize {
+        let mut out = 0;
         while let Ok(Some(mut ev)) = self.chan.try_get_event() {
             if ev.event_type() != CmEventType::ConnectRequest {
                 continue;
@@ -576,9 +574,9 @@ impl StreamSock {
             match self.accept_one(id, &peer, &req) {
                 Ok(s) => {
                     if let Some(q) = self.accepted.as_mut() {
-                        q.push(s.clone());
+                        q.push(s);
+                        out += 1;
                     }
-                    out.push(s);
                 }
                 Err(_) => self.refused += 1,
             }
@@ -591,7 +589,7 @@ impl StreamSock {
         mut id: CmId,
         peer: &ConnData,
         req: &softroce::verbs::cm::ConnEventParam,
-    ) -> Result<Arc<Socket>, Errno> {
+    ) -> Result<Box<StreamSock>, Errno> {
         let r = (|| {
             let chan = EventChannel::new().map_err(|e| e.errno())?;
             id.migrate(Some(&chan)).map_err(|e| e.errno())?;
@@ -620,12 +618,27 @@ impl StreamSock {
         let mut s = StreamSock::with(self.domain, opts, chan, id);
         s.ep = Some(ep);
         s.phase = Phase::Connected;
-        Ok(Socket::stream(s))
+        Ok(Box::new(s))
     }
 
-    /// `raccept`'s step: the next accepted connection, if any.
-    pub fn take_accepted(&mut self) -> Option<Arc<Socket>> {
-        self.accepted.as_mut()?.pop()
+    /// `raccept`'s step: the next accepted connection, if any, numbered now. The number is
+    /// a new descriptor (a duplicate of its channel's), made after whatever the caller opened
+    /// just before: `librspreload.so` opens the application's descriptor first, and its
+    /// `select` finds an rsocket by scanning the application's descriptors in order for one
+    /// that maps to the rsocket's number — a number lower than the application's descriptor
+    /// would be found first, as itself, and the readiness reported on the wrong descriptor.
+    pub fn take_accepted(&mut self) -> Option<Result<Arc<Socket>, Errno>> {
+        let mut s = self.accepted.as_mut()?.pop()?;
+        // SAFETY: fcntl on a descriptor the channel owns; the result is a descriptor we own.
+        let n = unsafe { libc::fcntl(s.chan.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if n < 0 {
+            let e = crate::util::errno();
+            s.close();
+            return Some(Err(e));
+        }
+        // SAFETY: just made, ours alone.
+        s.number = Some(unsafe { OwnedFd::from_raw_fd(n) });
+        Some(Ok(Socket::stream_boxed(s)))
     }
 
     // ---- waiting ------------------------------------------------------------------------
@@ -816,9 +829,14 @@ impl StreamSock {
 
     /// Drops everything (`rclose` after the shutdown): the id's destruction sends the DREQ
     /// (or answers the peer's), the QP and buffers go.
-    pub fn close(&mut self) -> Vec<Arc<Socket>> {
+    pub fn close(&mut self) {
         self.iomaps.clear();
-        let pending = self.accepted.take().map(|q| q.queue.into_iter().collect()).unwrap_or_default();
+        // Connections accepted and never taken: closed as rclose would (told, then dropped).
+        if let Some(q) = self.accepted.take() {
+            for mut s in q.queue {
+                s.close();
+            }
+        }
         if let Some(mut id) = self.id.take() {
             if matches!(self.phase, Phase::Connected | Phase::Connecting) {
                 let _ = id.disconnect();
@@ -826,7 +844,6 @@ impl StreamSock {
             drop(id);
         }
         self.ep = None;
-        pending
     }
 
     /// At exit: the connection's DREQ (as the kernel sends it for a process that ends); the
