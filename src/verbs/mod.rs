@@ -138,6 +138,8 @@ pub mod pd;
 pub mod qp;
 pub mod rundir;
 pub(crate) mod share;
+#[doc(hidden)]
+pub use share::bench as share_bench;
 pub mod srq;
 mod stall;
 
