@@ -95,6 +95,12 @@ pub struct DeviceConfig {
     /// an SRQ gets a number on the SRQ's engine. Only the UDP backend steers packets: the raw
     /// and in-memory backends run one engine whatever this says (with a logged warning).
     pub engine_threads: usize,
+    /// A fault SPEC (see [`crate::faults::spec`]): the device loses, duplicates, corrupts,
+    /// reorders and delays its packets, goes dark, or forces RNR NAKs, reproducibly from a
+    /// seed; `None` or blank: none. By default `SOFTROCE_FAULTS` (or what
+    /// [`crate::faults::set_default`] set). A malformed SPEC makes [`Device::open`] fail with
+    /// [`Error::Faults`], naming the bad item.
+    pub faults: Option<String>,
 }
 
 /// The default number of engine threads: `SOFTROCE_ENGINE_THREADS` (1 to
@@ -128,7 +134,13 @@ impl DeviceConfig {
             ecn: false,
             inline_progress: default_inline_progress(),
             engine_threads: default_engine_threads(),
+            faults: crate::faults::default_spec(),
         }
+    }
+    /// The same with fault SPEC `spec` (see [`DeviceConfig::faults`]; `""`: no faults,
+    /// whatever `SOFTROCE_FAULTS` says).
+    pub fn with_faults(self, spec: impl Into<String>) -> DeviceConfig {
+        DeviceConfig { faults: Some(spec.into()), ..self }
     }
     /// The same with `n` engine threads (see [`DeviceConfig::engine_threads`]).
     pub fn with_engine_threads(self, n: usize) -> DeviceConfig {
@@ -383,6 +395,8 @@ pub(crate) struct DeviceShared {
     /// [`DeviceConfig::spin`]: also how long [`super::CompletionQueue::wait`] polls before
     /// it sleeps.
     pub spin: std::time::Duration,
+    /// Fault injection ([`DeviceConfig::faults`]), if any.
+    pub faults: Option<Arc<super::faults::FaultState>>,
 }
 
 /// The engine's outlet for IB CM events: `(endpoint, now, event)`.
@@ -516,6 +530,9 @@ impl Drop for EngineHandle {
                 // itself.)
                 let _ = t.join();
             }
+        }
+        if let Some(f) = &self.shared.faults {
+            f.report();
         }
     }
 }
@@ -772,6 +789,7 @@ impl Device {
     /// Opens a device on a local address or interface.
     pub fn open(cfg: DeviceConfig) -> Result<Device> {
         let info = DeviceInfo::query(&cfg)?;
+        let faults = super::faults::FaultState::open(cfg.faults.as_deref())?;
         let ip = info.ip;
         let rx = Arc::new(RxCounters::default());
         let mut threads = cfg.engine_threads.clamp(1, MAX_ENGINE_THREADS);
@@ -818,6 +836,16 @@ impl Device {
             BackendKind::Memory(net) => {
                 vec![Box::new(super::backend::memory::MemoryBackend::new(net, ip, cfg.port))]
             }
+        };
+        let backends: Vec<Box<dyn super::backend::Backend>> = match &faults {
+            Some(f) => backends
+                .into_iter()
+                .map(|b| {
+                    Box::new(super::backend::faults::FaultBackend::new(b, f.clone()))
+                        as Box<dyn super::backend::Backend>
+                })
+                .collect(),
+            None => backends,
         };
         let recv_buffer = backends[0].recv_buffer_size();
         let mut links = Vec::with_capacity(backends.len());
@@ -867,6 +895,7 @@ impl Device {
             rdma_cm: Mutex::new(Default::default()),
             epoch: std::time::Instant::now(),
             spin: cfg.spin,
+            faults,
         });
         let stats = super::engine::StatsFile::shared(&shared);
         let mut engines = Vec::with_capacity(backends.len());
@@ -1154,6 +1183,8 @@ pub struct DeviceCounters {
     /// Sends (each a run of packets) that left from the RoCE port instead of the QP's UDP
     /// source port, which another socket held; their ICRC covers the port they left from.
     pub send_port_fallback: u64,
+    /// What fault injection did ([`DeviceConfig::faults`]; all 0 without).
+    pub faults: super::FaultCounters,
     /// The IB CM's counters (messages, retries, duplicates, every drop and refusal).
     pub cm: crate::transport::cm::CmCounters,
 }
@@ -1199,5 +1230,6 @@ impl DeviceCounters {
             ("rcvd_forward_dropped", self.rcvd_forward_dropped),
             ("send_port_fallback", self.send_port_fallback),
         ])
+        .chain(self.faults.iter())
     }
 }
