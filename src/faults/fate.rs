@@ -137,7 +137,7 @@ const MAX_BASES: usize = 1 << 16;
 /// Turns the packets of one direction pair into [`PacketKey`]s: remembers each QP's first PSN
 /// per kind and counts the transmissions of every PSN. Deterministic: the keys depend only on
 /// the sequence of packets it was shown.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Tracker {
     /// First PSN seen, by (sent, local QP, response).
     bases: HashMap<(bool, u32, bool), u32>,
@@ -145,12 +145,6 @@ pub struct Tracker {
     /// seen in (the oldest is forgotten first).
     counts: HashMap<(bool, u32, bool, u32), u32>,
     order: VecDeque<(bool, u32, bool, u32)>,
-}
-
-impl Default for Tracker {
-    fn default() -> Tracker {
-        Tracker { bases: HashMap::new(), counts: HashMap::new(), order: VecDeque::new() }
-    }
 }
 
 impl Tracker {

@@ -254,6 +254,13 @@ pub struct DevRt {
 
 impl DevRt {
     fn new(dev: &'static SrDevice, at: Option<IpAddr>) -> Result<DevRt, Errno> {
+        // A malformed fault SPEC is refused here, when the application opens the device
+        // (`ibv_open_device` fails with EINVAL), not later at its first object.
+        if let Some(Err(e)) = softroce::faults::default_spec().map(|s| softroce::faults::FaultSpec::parse(&s))
+        {
+            warn(&format!("{}: SOFTROCE_FAULTS refused: {e}", dev.name));
+            return Err(libc::EINVAL);
+        }
         let (address, reservation, claimed) = if dev.auto_loopback {
             let (ip, sock) = match at {
                 Some(ip) => {
