@@ -246,7 +246,8 @@ impl FaultState {
 
 /// The `tracing` event of one injected fault (target `softroce::faults`).
 pub(crate) fn event(dir: &'static str, qpn: u32, psn: u32, opcode: Opcode, nth: u32, fault: &'static str) {
-    tracing::debug!(target: "softroce::faults", dir, qpn, psn, opcode = %opcode, nth, fault, "fault injected");
+    let psn = crate::wire::Psn::new(psn);
+    tracing::debug!(target: "softroce::faults", dir, qpn, %psn, %opcode, nth, fault, "fault injected");
 }
 
 /// The longest a reordered packet waits for the packets that are to overtake it: past this it
