@@ -11,7 +11,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -21,18 +21,7 @@ const PINGPONG: &str = "/usr/bin/ibv_rc_pingpong";
 
 /// Starts `prog -d softroce0 <args> [server]` on device `dev` with fault SPEC `faults`.
 fn spawn_with(dir: &Path, prog: &str, dev: &str, faults: &str, args: &[&str], server: Option<&str>) -> Child {
-    let mut c = Command::new(prog);
-    c.args(["-d", "softroce0"]).args(args);
-    if let Some(s) = server {
-        c.arg(s);
-    }
-    c.env("LD_LIBRARY_PATH", dir)
-        .env("SOFTROCE_DEVICES", dev)
-        .env("SOFTROCE_FAULTS", faults)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn")
+    spawn_env(dir, prog, dev, &[("SOFTROCE_FAULTS", faults)], args, server)
 }
 
 /// Runs `prog` as server and client with `args` plus `<port_flag> <port>`, with fault SPECs

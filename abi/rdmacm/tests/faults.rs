@@ -7,7 +7,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -15,17 +15,8 @@ use common::*;
 /// Starts `prog <args>` with our libraries, device `dev`, fault SPEC `faults` and the counters
 /// published in `run_dir`.
 fn spawn_with(dir: &Path, dev: &str, faults: &str, run_dir: &Path, prog: &str, args: &[&str]) -> Child {
-    Command::new("stdbuf")
-        .args(["-o0", "-e0", prog])
-        .args(args)
-        .env("LD_LIBRARY_PATH", dir)
-        .env("SOFTROCE_DEVICES", dev)
-        .env("SOFTROCE_FAULTS", faults)
-        .env("SOFTROCE_RUN_DIR", run_dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn")
+    let run_dir = run_dir.to_string_lossy();
+    spawn_env(dir, dev, &[("SOFTROCE_FAULTS", faults), ("SOFTROCE_RUN_DIR", &run_dir)], prog, args)
 }
 
 /// The sum of the counters whose names start with `prefix`, over every counters file in `dir`.
