@@ -193,3 +193,30 @@ fn a_malformed_spec_fails_the_open_with_einval() {
     assert!(out.contains(&format!("open_errno {}", libc::EINVAL)), "{out}");
     assert!(out.contains("bad fault spec item \"loss=2\"") && out.contains("% sign"), "{out}");
 }
+
+#[test]
+fn the_summary_line_is_printed_when_a_program_exits_with_the_device_open() {
+    if !require(
+        "the_summary_line_is_printed_at_exit",
+        &[SYSTEM_LIB, "/usr/include/infiniband/verbs.h"],
+        "libibverbs-dev",
+    ) {
+        return;
+    }
+    let dir = lib_dir("faults-exit");
+    let exe = build_c("exit_open", &dir);
+    let c = std::process::Command::new(&exe)
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("SOFTROCE_DEVICES", addr())
+        .env("SOFTROCE_FAULTS", "seed=9,loss=1%")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The exit handler takes no lock: the process ends at once.
+    let (ok, out) = finish(c, Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(ok, "{out}");
+    assert!(out.contains("pd ok"), "{out}");
+    assert_eq!(out.matches("softroce faults: seed=9 dropped=0 ").count(), 1, "{out}");
+}
