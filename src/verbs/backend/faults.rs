@@ -15,6 +15,8 @@
 //! position of its run than it had gets its ICRC computed again for its new identification
 //! (before any corruption, which must survive).
 
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -55,13 +57,11 @@ impl TxMeta {
     }
 }
 
-/// A packet held back: until `due`, or (reordered) until `after` more packets have passed.
+/// A packet held back, and what it needs to go on: for a sent packet where it goes, its
+/// position in the batch it came in (its ICRC's IPv4 identification) and the bit to flip; for
+/// a received one where it came from.
 struct Held<T> {
-    due: Instant,
-    after: Option<u32>,
     bytes: Vec<u8>,
-    /// Sent packets: where it goes, its position in the batch it came in (its ICRC's IPv4
-    /// identification), and the bit to flip. Received: where it came from.
     with: T,
 }
 
@@ -79,34 +79,98 @@ struct RxInfo {
     ip_header: Option<Vec<u8>>,
 }
 
-/// The packets of one direction that are held back.
-struct HeldQueue<T>(Vec<Held<T>>);
+/// A delayed packet in the heap, ordered by due time, then by arrival.
+struct Delayed<T> {
+    due: Instant,
+    seq: u64,
+    held: Held<T>,
+}
+
+impl<T> PartialEq for Delayed<T> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.due, self.seq) == (other.due, other.seq)
+    }
+}
+impl<T> Eq for Delayed<T> {}
+impl<T> PartialOrd for Delayed<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<T> Ord for Delayed<T> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.due, self.seq).cmp(&(other.due, other.seq))
+    }
+}
+
+/// A reordered packet: it goes on once `emitted` reaches `at` (the packets that were to
+/// overtake it have passed) or at `by`, whichever comes first, and is then delayed by `delay`.
+struct Reordered<T> {
+    at: u64,
+    by: Instant,
+    delay: std::time::Duration,
+    held: Held<T>,
+}
+
+/// The packets of one direction that are held back: reordered ones in arrival order (their
+/// release counts and time limits grow with it, so the front is always the next), delayed
+/// ones in a heap by due time. Every operation is O(log n).
+struct HeldQueue<T> {
+    reordered: VecDeque<Reordered<T>>,
+    delayed: BinaryHeap<Reverse<Delayed<T>>>,
+    /// Packets that have left in this direction so far.
+    emitted: u64,
+    seq: u64,
+}
 
 impl<T> HeldQueue<T> {
-    /// One packet passed: every reordered packet has one fewer to wait for.
-    fn passed(&mut self) {
-        for h in &mut self.0 {
-            if let Some(n) = &mut h.after {
-                *n = n.saturating_sub(1);
-            }
+    fn new() -> HeldQueue<T> {
+        HeldQueue { reordered: VecDeque::new(), delayed: BinaryHeap::new(), emitted: 0, seq: 0 }
+    }
+
+    fn len(&self) -> usize {
+        self.reordered.len() + self.delayed.len()
+    }
+
+    /// Holds a packet for `delay`, after `depth` later packets have passed it if reordered.
+    fn hold(&mut self, now: Instant, delay: std::time::Duration, reorder: Option<u32>, held: Held<T>) {
+        match reorder {
+            Some(depth) => self.reordered.push_back(Reordered {
+                at: self.emitted + u64::from(depth),
+                by: now + REORDER_MAX_HOLD,
+                delay,
+                held,
+            }),
+            None => self.delay(now + delay, held),
         }
     }
 
-    /// Takes the next packet to release at `now` (its time has come, or everything it waited
-    /// for has passed), earliest first.
+    fn delay(&mut self, due: Instant, held: Held<T>) {
+        self.seq += 1;
+        self.delayed.push(Reverse(Delayed { due, seq: self.seq, held }));
+    }
+
+    /// One packet left in this direction.
+    fn passed(&mut self) {
+        self.emitted += 1;
+    }
+
+    /// The next held packet to let go at `now`, earliest due first.
     fn pop_ready(&mut self, now: Instant) -> Option<Held<T>> {
-        let i = self
-            .0
-            .iter()
-            .enumerate()
-            .filter(|(_, h)| h.due <= now || h.after == Some(0))
-            .min_by_key(|(_, h)| h.due)
-            .map(|(i, _)| i)?;
-        Some(self.0.remove(i))
+        while self.reordered.front().is_some_and(|r| self.emitted >= r.at || r.by <= now) {
+            let r = self.reordered.pop_front()?;
+            self.delay(now + r.delay, r.held);
+        }
+        if self.delayed.peek().is_some_and(|Reverse(d)| d.due <= now) {
+            return self.delayed.pop().map(|Reverse(d)| d.held);
+        }
+        None
     }
 
     fn next_due(&self) -> Option<Instant> {
-        self.0.iter().map(|h| h.due).min()
+        let reordered = self.reordered.front().map(|r| r.by);
+        let delayed = self.delayed.peek().map(|Reverse(d)| d.due);
+        reordered.into_iter().chain(delayed).min()
     }
 }
 
@@ -119,10 +183,11 @@ enum Action {
         corrupt: Option<usize>,
         duplicate: bool,
     },
-    /// Held until `due` / `after` packets (twice if `duplicate`).
+    /// Held for `delay`, after `reorder` later packets have passed it if reordered (twice if
+    /// `duplicate`).
     Hold {
-        due: Instant,
-        after: Option<u32>,
+        delay: std::time::Duration,
+        reorder: Option<u32>,
         corrupt: Option<usize>,
         duplicate: bool,
     },
@@ -197,17 +262,17 @@ impl Side {
         if f.delay.is_zero() && !f.reorder {
             return Action::Now { corrupt, duplicate: f.duplicate };
         }
-        let (due, after) = if f.reorder {
-            (now + f.delay + REORDER_MAX_HOLD, Some(spec.depth))
-        } else {
-            (now + f.delay, None)
-        };
-        Action::Hold { due, after, corrupt, duplicate: f.duplicate }
+        Action::Hold {
+            delay: f.delay,
+            reorder: f.reorder.then_some(spec.depth),
+            corrupt,
+            duplicate: f.duplicate,
+        }
     }
 
     /// Room for one more held packet of a direction; if there is none, the packet is lost.
     fn room(&self, tx: bool) -> bool {
-        let held = if tx { self.held_tx.0.len() } else { self.held_rx.0.len() };
+        let held = if tx { self.held_tx.len() } else { self.held_rx.len() };
         if held >= MAX_HELD {
             self.state.count(Kind::Dropped);
             return false;
@@ -227,7 +292,7 @@ impl Side {
                     f(Datagram { payload: &copy, ..d });
                 }
             }
-            Action::Hold { due, after, corrupt, duplicate } => {
+            Action::Hold { delay, reorder, corrupt, duplicate } => {
                 let mut bytes = d.payload.to_vec();
                 flip(&mut bytes, corrupt);
                 for _ in 0..1 + duplicate as usize {
@@ -239,7 +304,7 @@ impl Side {
                             ecn: d.ecn,
                             ip_header: d.ip_header.map(<[u8]>::to_vec),
                         };
-                        self.held_rx.0.push(Held { due, after, bytes: bytes.clone(), with });
+                        self.held_rx.hold(now, delay, reorder, Held { bytes: bytes.clone(), with });
                     }
                 }
                 return;
@@ -380,8 +445,8 @@ impl FaultBackend {
             side: Side {
                 state,
                 tracker: Tracker::default(),
-                held_tx: HeldQueue(Vec::new()),
-                held_rx: HeldQueue(Vec::new()),
+                held_tx: HeldQueue::new(),
+                held_rx: HeldQueue::new(),
             },
             run: Run::new(),
         }
@@ -454,11 +519,11 @@ impl Backend for FaultBackend {
                         self.run.push(self.inner.as_mut(), meta, pkt, index, corrupt, numbered)?;
                     }
                 }
-                Action::Hold { due, after, corrupt, duplicate } => {
+                Action::Hold { delay, reorder, corrupt, duplicate } => {
                     for _ in 0..1 + duplicate as usize {
                         if self.side.room(true) {
                             let with = TxInfo { meta, index, corrupt };
-                            self.side.held_tx.0.push(Held { due, after, bytes: pkt.to_vec(), with });
+                            self.side.held_tx.hold(now, delay, reorder, Held { bytes: pkt.to_vec(), with });
                         }
                     }
                     continue;
@@ -499,5 +564,159 @@ impl Backend for FaultBackend {
 
     fn refresh_counters(&mut self) {
         self.inner.refresh_counters()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn held(n: u8) -> Held<()> {
+        Held { bytes: vec![n], with: () }
+    }
+
+    fn drain(q: &mut HeldQueue<()>, now: Instant) -> Vec<u8> {
+        let mut out = Vec::new();
+        while let Some(h) = q.pop_ready(now) {
+            out.push(h.bytes[0]);
+            q.passed();
+        }
+        out
+    }
+
+    #[test]
+    fn delayed_packets_leave_by_due_time_then_arrival() {
+        let t = Instant::now();
+        let mut q = HeldQueue::new();
+        q.hold(t, Duration::from_millis(3), None, held(1));
+        q.hold(t, Duration::from_millis(1), None, held(2));
+        q.hold(t, Duration::from_millis(1), None, held(3));
+        assert_eq!(q.next_due(), Some(t + Duration::from_millis(1)));
+        assert_eq!(drain(&mut q, t), Vec::<u8>::new());
+        assert_eq!(drain(&mut q, t + Duration::from_millis(2)), [2, 3]);
+        assert_eq!(drain(&mut q, t + Duration::from_millis(3)), [1]);
+        assert_eq!((q.len(), q.next_due()), (0, None));
+    }
+
+    #[test]
+    fn a_reordered_packet_waits_for_depth_packets_or_its_time_limit() {
+        let t = Instant::now();
+        let mut q = HeldQueue::new();
+        q.hold(t, Duration::ZERO, Some(2), held(9));
+        q.passed();
+        assert_eq!(drain(&mut q, t), Vec::<u8>::new(), "one packet has overtaken it");
+        q.passed();
+        assert_eq!(drain(&mut q, t), [9], "two have");
+        // With nothing behind it, it goes at the time limit; then its delay.
+        q.hold(t, Duration::from_millis(5), Some(3), held(8));
+        assert_eq!(q.next_due(), Some(t + REORDER_MAX_HOLD));
+        assert_eq!(drain(&mut q, t + REORDER_MAX_HOLD), Vec::<u8>::new());
+        assert_eq!(drain(&mut q, t + REORDER_MAX_HOLD + Duration::from_millis(5)), [8]);
+    }
+
+    /// Records what is sent.
+    struct Sink {
+        sent: Vec<(Vec<u8>, usize)>,
+        numbered: bool,
+    }
+
+    impl Backend for Sink {
+        fn port(&self) -> u16 {
+            4791
+        }
+        fn recv(&mut self, _: &mut dyn FnMut(Datagram<'_>)) -> io::Result<usize> {
+            Ok(0)
+        }
+        fn send(&mut self, out: Outgoing<'_>) -> io::Result<()> {
+            self.sent.push((out.contents.to_vec(), out.segment_size));
+            Ok(())
+        }
+        fn register(&mut self, _: &mio::Registry, _: mio::Token) -> io::Result<()> {
+            Ok(())
+        }
+        fn max_segments(&self) -> usize {
+            64
+        }
+        fn gso_numbers_ip_id(&self) -> bool {
+            self.numbered
+        }
+    }
+
+    fn meta() -> TxMeta {
+        TxMeta {
+            dst: "10.0.0.2:4791".parse().unwrap(),
+            src_ip: "10.0.0.1".parse().unwrap(),
+            src_port: 0xc000,
+            tos: 0,
+            hop_limit: 64,
+            flow_label: 0,
+            qpn: 0x11,
+        }
+    }
+
+    /// A packet of 64 bytes with PSN `psn` and its ICRC for IPv4 identification `id`.
+    fn packet(psn: u8, id: u16) -> Vec<u8> {
+        let mut p = vec![0x07u8, 0, 0xff, 0xff, 0, 0, 0, 0x12, 0, 0, 0, psn];
+        p.extend((0..48u8).map(|i| i ^ psn));
+        p.extend_from_slice(&[0; 4]);
+        fix_icrc(&meta(), &mut p, id);
+        p
+    }
+
+    #[test]
+    fn a_regrouped_run_gets_icrcs_for_its_new_identifications() {
+        // Segment k of the engine's batch carries an ICRC for identification k; the second
+        // packet is lost, so the third and fourth move up one place.
+        let batch: Vec<u8> = (0..4u8).flat_map(|k| packet(k, u16::from(k))).collect();
+        let numbered = true;
+        let want: Vec<u8> =
+            [0u8, 2, 3].iter().enumerate().flat_map(|(k, psn)| packet(*psn, k as u16)).collect();
+        let mut sink = Sink { sent: vec![], numbered: true };
+        let mut run = Run::new();
+        for index in [0usize, 2, 3] {
+            run.push(&mut sink, meta(), &batch[index * 64..index * 64 + 64], index, None, numbered).unwrap();
+        }
+        run.flush(&mut sink).unwrap();
+        assert_eq!(sink.sent.len(), 1, "one run");
+        assert_eq!(sink.sent[0].1, 64);
+        assert!(sink.sent[0].0 == want, "ICRCs computed again for identifications 0, 1, 2");
+        // A backend that does not number its segments keeps every ICRC as it is.
+        let mut plain = Sink { sent: vec![], numbered: false };
+        let mut run = Run::new();
+        for index in [0usize, 2, 3] {
+            run.push(&mut plain, meta(), &batch[index * 64..index * 64 + 64], index, None, false).unwrap();
+        }
+        run.flush(&mut plain).unwrap();
+        let kept: Vec<u8> = [0usize, 2, 3].iter().flat_map(|i| batch[i * 64..i * 64 + 64].to_vec()).collect();
+        assert!(plain.sent[0].0 == kept);
+    }
+
+    #[test]
+    fn a_corrupted_packet_keeps_its_flip_after_the_icrc_is_recomputed() {
+        let mut sink = Sink { sent: vec![], numbered: true };
+        let mut run = Run::new();
+        let p = packet(5, 3);
+        run.push(&mut sink, meta(), &p, 3, Some(200), true).unwrap();
+        run.flush(&mut sink).unwrap();
+        let mut good = packet(5, 0);
+        assert_ne!(sink.sent[0].0, good);
+        good[25] ^= 1 << 0;
+        assert_eq!(sink.sent[0].0, good, "bit 200 flipped in the packet with identification 0's ICRC");
+    }
+
+    #[test]
+    fn runs_split_at_a_shorter_packet_and_at_another_destination() {
+        let mut sink = Sink { sent: vec![], numbered: false };
+        let mut run = Run::new();
+        let (a, b) = (packet(1, 0), packet(2, 0));
+        run.push(&mut sink, meta(), &a, 0, None, false).unwrap();
+        run.push(&mut sink, meta(), &b[..40], 1, None, false).unwrap();
+        run.push(&mut sink, meta(), &a, 2, None, false).unwrap();
+        let other = TxMeta { qpn: 0x12, ..meta() };
+        run.push(&mut sink, other, &a, 3, None, false).unwrap();
+        run.flush(&mut sink).unwrap();
+        let sizes: Vec<(usize, usize)> = sink.sent.iter().map(|(c, s)| (c.len(), *s)).collect();
+        assert_eq!(sizes, [(104, 64), (64, 64), (64, 64)]);
     }
 }
