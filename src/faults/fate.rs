@@ -60,19 +60,17 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// 64 random bits for one decision (`salt`) about the packet `key` under `seed`.
-fn draw(seed: u64, key: &PacketKey, salt: u64) -> u64 {
-    let words = [
-        u64::from(key.tx),
-        u64::from(key.qpn),
-        u64::from(key.psn),
-        u64::from(key.opcode),
-        u64::from(key.nth),
-        salt,
-    ];
-    words
-        .iter()
-        .fold(mix(seed ^ 0x5bd1_e995_7f4a_7c15), |h, w| mix(h ^ mix(w.wrapping_add(0x9e37_79b9_7f4a_7c15))))
+/// The packet's identity under `seed`, hashed: what every decision about it starts from.
+fn identity(seed: u64, key: &PacketKey) -> u64 {
+    // (tx, opcode and the QP's 24 bits in one word; the PSN's 24 bits and nth in another)
+    let a = u64::from(key.tx) << 63 | u64::from(key.opcode) << 32 | u64::from(key.qpn);
+    let b = u64::from(key.nth) << 32 | u64::from(key.psn);
+    mix(mix(mix(seed ^ 0x5bd1_e995_7f4a_7c15) ^ a) ^ b)
+}
+
+/// 64 random bits for one decision (`salt`) about the packet whose [`identity`] is `id`.
+fn draw(id: u64, salt: u64) -> u64 {
+    mix(id ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
 /// True with probability `percent` / 100, from 64 random bits.
@@ -95,21 +93,21 @@ pub fn fate(spec: &FaultSpec, key: &PacketKey) -> Fate {
     if !spec.acts_on(key.tx) || !spec.selects(key.qpn, key.opcode) {
         return Fate::default();
     }
-    let seed = spec.seed;
-    if chance(draw(seed, key, LOSS), spec.loss) {
+    let id = identity(spec.seed, key);
+    if chance(draw(id, LOSS), spec.loss) {
         return Fate { drop: true, ..Fate::default() };
     }
-    let corrupt = chance(draw(seed, key, CORRUPT), spec.corrupt).then(|| draw(seed, key, CORRUPT_BIT));
+    let corrupt = chance(draw(id, CORRUPT), spec.corrupt).then(|| draw(id, CORRUPT_BIT));
     let mut delay = spec.delay;
     let jitter = spec.jitter.as_nanos() as u64;
     if jitter > 0 {
-        delay += Duration::from_nanos(draw(seed, key, JITTER) % jitter);
+        delay += Duration::from_nanos(draw(id, JITTER) % jitter);
     }
     Fate {
         drop: false,
         corrupt,
-        duplicate: chance(draw(seed, key, DUP), spec.dup),
-        reorder: chance(draw(seed, key, REORDER), spec.reorder),
+        duplicate: chance(draw(id, DUP), spec.dup),
+        reorder: chance(draw(id, REORDER), spec.reorder),
         delay,
     }
 }
@@ -139,24 +137,56 @@ const MAX_BASES: usize = 1 << 16;
 /// the sequence of packets it was shown.
 #[derive(Debug, Default)]
 pub struct Tracker {
-    /// First PSN seen, by (sent, local QP, response).
-    bases: HashMap<(bool, u32, bool), u32>,
-    /// Transmissions so far, by (sent, QP, response, PSN), and the order they were first
-    /// seen in (the oldest is forgotten first).
-    counts: HashMap<(bool, u32, bool, u32), u32>,
-    order: VecDeque<(bool, u32, bool, u32)>,
+    /// First PSN seen, by (sent, local QP, response), packed.
+    bases: HashMap<u64, u32, Mixed>,
+    /// Transmissions so far, by (sent, QP, response, PSN) packed, and the order they were
+    /// first seen in (the oldest is forgotten first).
+    counts: HashMap<u64, u32, Mixed>,
+    order: VecDeque<u64>,
+}
+
+/// The maps' hasher: the keys are packed integers, so one [`mix`] of the word is as good as
+/// SipHash here and several times cheaper (the tracker sees every packet).
+#[derive(Debug, Clone, Copy, Default)]
+struct Mixed;
+
+impl std::hash::BuildHasher for Mixed {
+    type Hasher = MixHasher;
+    fn build_hasher(&self) -> MixHasher {
+        MixHasher(0)
+    }
+}
+
+/// See [`Mixed`].
+#[derive(Debug)]
+struct MixHasher(u64);
+
+impl std::hash::Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        mix(self.0)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = mix(self.0 ^ u64::from(*b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = mix(self.0 ^ v);
+    }
 }
 
 impl Tracker {
     /// The key of a packet that is passing now: `tx` (sent), the local QP, the BTH opcode and
     /// PSN (24 bits), and whether the opcode is a response (its PSN is the peer's).
     pub fn key(&mut self, tx: bool, qpn: u32, opcode: u8, psn: u32, response: bool) -> PacketKey {
-        if self.bases.len() >= MAX_BASES && !self.bases.contains_key(&(tx, qpn, response)) {
+        // (sent, QP, response) in bits 24..50 above a PSN's 24 bits
+        let qp_key = u64::from(tx) << 49 | u64::from(response) << 48 | u64::from(qpn & 0xff_ffff) << 24;
+        if self.bases.len() >= MAX_BASES && !self.bases.contains_key(&qp_key) {
             self.bases.clear();
         }
-        let base = *self.bases.entry((tx, qpn, response)).or_insert(psn & 0xff_ffff);
+        let base = *self.bases.entry(qp_key).or_insert(psn & 0xff_ffff);
         let rel = psn.wrapping_sub(base) & 0xff_ffff;
-        let id = (tx, qpn, response, rel);
+        let id = qp_key | u64::from(rel);
         let nth = match self.counts.get_mut(&id) {
             Some(n) => {
                 *n = n.saturating_add(1);

@@ -252,14 +252,18 @@ impl FaultSpec {
     /// Whether the SPEC changes anything at all (a SPEC of only a seed, filters or `dir` does
     /// not).
     pub fn is_active(&self) -> bool {
+        self.has_random_faults() || !self.blackholes.is_empty() || self.rnr > 0
+    }
+
+    /// Whether the SPEC has random faults (loss, dup, corrupt, reorder, delay, jitter): without
+    /// them no packet's fate needs to be drawn.
+    pub fn has_random_faults(&self) -> bool {
         self.loss > 0.0
             || self.dup > 0.0
             || self.corrupt > 0.0
             || self.reorder > 0.0
             || !self.delay.is_zero()
             || !self.jitter.is_zero()
-            || !self.blackholes.is_empty()
-            || self.rnr > 0
     }
 
     /// Whether the random faults (loss, dup, corrupt, reorder, delay) act on packets of this

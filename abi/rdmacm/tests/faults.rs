@@ -45,8 +45,10 @@ fn rping_connects_and_completes_when_the_cm_loses_mads() {
     ) {
         return;
     }
-    // Seed 2 loses one MAD of the connection's setup on each side.
-    let spec = "seed=2,mad,loss=30%";
+    // Seed 13 loses one MAD of the connection's setup on each side (a connection costs about
+    // 8 s; some seeds lose the DREQ too, which leaves the server waiting for the disconnect as
+    // with the kernel's CM, or lose so many that the connection takes a minute).
+    let spec = "seed=13,mad,loss=30%";
     let dir = lib_dir("faults-rping");
     let run_dir = std::env::temp_dir().join(format!("softroce-faults-rping-run-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&run_dir);

@@ -227,7 +227,7 @@ impl Side {
             }
         }
         let Some((opcode, q, psn)) = parsed else { return Action::Pass };
-        if !spec.acts_on(tx) || !spec.selects(q, opcode.0) {
+        if !spec.has_random_faults() || !spec.acts_on(tx) || !spec.selects(q, opcode.0) {
             return Action::Pass;
         }
         let response = opcode.info().is_some_and(|i| i.direction == crate::wire::Direction::Response);
@@ -268,6 +268,11 @@ impl Side {
             corrupt,
             duplicate: f.duplicate,
         }
+    }
+
+    /// Whether no packet can meet a fault at `now`: no random faults, no black hole.
+    fn untouched(&self, now: Instant) -> bool {
+        !self.state.spec.has_random_faults() && !self.state.blackholed(now)
     }
 
     /// Room for one more held packet of a direction; if there is none, the packet is lost.
@@ -485,6 +490,10 @@ impl Backend for FaultBackend {
         self.release_tx(now)?;
         self.run.flush(self.inner.as_mut())?;
         let FaultBackend { inner, side, .. } = self;
+        if side.untouched(now) && side.held_rx.len() == 0 {
+            // (nothing to do: a SPEC of black holes or `rnr` only, outside its black holes)
+            return inner.recv(f);
+        }
         let released = side.release_rx(now, f);
         let got = inner.recv(&mut |d| side.on_rx(d, now, f))?;
         Ok(released + got)
@@ -494,6 +503,9 @@ impl Backend for FaultBackend {
         let now = Instant::now();
         self.release_tx(now)?;
         self.run.flush(self.inner.as_mut())?;
+        if self.side.untouched(now) && self.side.held_tx.len() == 0 {
+            return self.inner.send(out);
+        }
         let meta = TxMeta::of(&out);
         let seg = out.segment_size.max(1);
         let mut actions = smallvec::SmallVec::<[Action; 64]>::new();
