@@ -7,7 +7,7 @@
 //! RNR NAKs (`rnr=K`). The faults act on the real packets below the transport, so the
 //! transports recover — or fail — exactly as they do on a bad network.
 //!
-//! This module is the pure part: the [`spec`] parser and the [`fate`] of a packet, a function
+//! This module is the pure part: the [`spec`] parser and the [`fate()`] of a packet, a function
 //! of the seed and of the packet's identity only. The verbs layer wraps the device's packet
 //! backend in a decorator that applies them (`verbs::backend::faults`), keeps the `fault_*`
 //! counters and prints the summary line. docs/faults.md has the recipes,

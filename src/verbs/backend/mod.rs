@@ -8,7 +8,7 @@
 //! - [`memory`]: an in-process network of devices joined by the transport simulator's lossy
 //!   link, for tests that run the full verbs path with loss.
 //!
-//! Any of them can be wrapped in [`faults`]'s decorator, which applies a fault SPEC to the
+//! Any of them can be wrapped in the `faults` decorator, which applies a fault SPEC to the
 //! packets that pass through it (`SOFTROCE_FAULTS`, `DeviceConfig::faults`).
 
 use std::io;
@@ -53,7 +53,7 @@ pub(crate) struct Outgoing<'a> {
     /// IPv6 flow label (backends that build the IP header).
     pub flow_label: u32,
     /// The local QP that sent the packets (1: the GSI's MADs), for decorators that act per QP
-    /// ([`faults`]).
+    /// (`faults`).
     pub qpn: u32,
 }
 
