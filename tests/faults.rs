@@ -194,27 +194,10 @@ fn the_same_seed_gives_the_same_faults() {
         }
         (counters(&a).faults, counters(&b).faults)
     };
-    let same = two_agree(|_| run("seed=3,loss=5%,dup=3%,corrupt=2%"));
+    let same = common::two_agree(|_| run("seed=3,loss=5%,dup=3%,corrupt=2%"));
     assert!(same.0.dropped > 0 && same.1.dropped > 0 && same.0.duplicated > 0, "{same:?}");
     // Another seed, other faults.
-    assert_ne!(two_agree(|_| run("seed=4,loss=5%,dup=3%,corrupt=2%")), same);
-}
-
-/// Runs `run` until two runs agree, at most three times; their result. A fate depends on the
-/// packet alone, so runs that send the same packets agree; on a loaded machine a timer may
-/// fire early in one run (a spurious retransmission: one packet more, with a fate of its
-/// own), so one run in three may differ. Fates that depended on time or scheduling would make
-/// every run differ.
-fn two_agree<T: PartialEq + std::fmt::Debug>(mut run: impl FnMut(usize) -> T) -> T {
-    let mut seen: Vec<T> = Vec::new();
-    for i in 0..3 {
-        let r = run(i);
-        if seen.contains(&r) {
-            return r;
-        }
-        seen.push(r);
-    }
-    panic!("no two of three runs agree: {seen:#?}");
+    assert_ne!(common::two_agree(|_| run("seed=4,loss=5%,dup=3%,corrupt=2%")), same);
 }
 
 #[test]

@@ -185,53 +185,44 @@ fn two_agree<T: PartialEq + std::fmt::Debug>(mut run: impl FnMut(usize) -> T) ->
     panic!("no two of three runs agree: {seen:#?}");
 }
 
+/// Builds `tests/c/<name>.c` and runs it with `args` on a fresh device with fault SPEC
+/// `faults`, for at most 10 s: whether it succeeded and its output; `None` when the headers
+/// are missing.
+fn run_c(test: &str, name: &str, args: &[&str], faults: &str) -> Option<(bool, String)> {
+    if !require(test, &[SYSTEM_LIB, "/usr/include/infiniband/verbs.h"], "libibverbs-dev") {
+        return None;
+    }
+    let dir = lib_dir(test);
+    let exe = build_c(name, &dir);
+    let c = Command::new(&exe)
+        .args(args)
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("SOFTROCE_DEVICES", addr())
+        .env("SOFTROCE_FAULTS", faults)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = finish(c, Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(&dir);
+    Some(r)
+}
+
 #[test]
 fn a_malformed_spec_fails_the_open_with_einval() {
-    if !require(
-        "a_malformed_spec_fails_the_open_with_einval",
-        &[SYSTEM_LIB, "/usr/include/infiniband/verbs.h"],
-        "libibverbs-dev",
-    ) {
+    let Some((ok, out)) = run_c("faults-bad", "devquery", &["softroce0"], "seed=1,loss=2,dup=1%") else {
         return;
-    }
-    let dir = lib_dir("faults-bad");
-    let exe = build_c("devquery", &dir);
-    let o = run_with(
-        &dir,
-        Command::new(&exe)
-            .arg("softroce0")
-            .env("SOFTROCE_DEVICES", addr())
-            .env("SOFTROCE_FAULTS", "seed=1,loss=2,dup=1%"),
-    );
-    let out = text(&o);
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(!o.status.success(), "{out}");
+    };
+    assert!(!ok, "{out}");
     assert!(out.contains(&format!("open_errno {}", libc::EINVAL)), "{out}");
     assert!(out.contains("bad fault spec item \"loss=2\"") && out.contains("% sign"), "{out}");
 }
 
 #[test]
 fn the_summary_line_is_printed_when_a_program_exits_with_the_device_open() {
-    if !require(
-        "the_summary_line_is_printed_at_exit",
-        &[SYSTEM_LIB, "/usr/include/infiniband/verbs.h"],
-        "libibverbs-dev",
-    ) {
-        return;
-    }
-    let dir = lib_dir("faults-exit");
-    let exe = build_c("exit_open", &dir);
-    let c = std::process::Command::new(&exe)
-        .env("LD_LIBRARY_PATH", &dir)
-        .env("SOFTROCE_DEVICES", addr())
-        .env("SOFTROCE_FAULTS", "seed=9,loss=1%")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The exit handler takes no lock: the process ends at once.
-    let (ok, out) = finish(c, Duration::from_secs(10));
-    let _ = std::fs::remove_dir_all(&dir);
+    // The exit handler takes no lock: the process ends at once, from a second thread, with the
+    // device open.
+    let Some((ok, out)) = run_c("faults-exit", "exit_open", &[], "seed=9,loss=1%") else { return };
     assert!(ok, "{out}");
     assert!(out.contains("pd ok"), "{out}");
     assert_eq!(out.matches("softroce faults: seed=9 dropped=0 ").count(), 1, "{out}");
