@@ -104,6 +104,12 @@ pub struct DeviceConfig {
     /// the device binds the port alone and a second device on the address fails with "address
     /// in use". The raw and in-memory backends never share; nor does port 0.
     pub share: bool,
+    /// A fault SPEC (see [`crate::faults::spec`]): the device loses, duplicates, corrupts,
+    /// reorders and delays its packets, goes dark, or forces RNR NAKs, reproducibly from a
+    /// seed; `None` or blank: none. By default `SOFTROCE_FAULTS` (or what
+    /// [`crate::faults::set_default`] set). A malformed SPEC makes [`Device::open`] fail with
+    /// [`Error::Faults`], naming the bad item.
+    pub faults: Option<String>,
 }
 
 /// Whether devices share their address by default: yes; `SOFTROCE_SHARE=0` turns it off.
@@ -143,11 +149,17 @@ impl DeviceConfig {
             inline_progress: default_inline_progress(),
             engine_threads: default_engine_threads(),
             share: default_share(),
+            faults: crate::faults::default_spec(),
         }
     }
     /// The same with sharing of the address on or off (see [`DeviceConfig::share`]).
     pub fn with_share(self, share: bool) -> DeviceConfig {
         DeviceConfig { share, ..self }
+    }
+    /// The same with fault SPEC `spec` (see [`DeviceConfig::faults`]; `""`: no faults,
+    /// whatever `SOFTROCE_FAULTS` says).
+    pub fn with_faults(self, spec: impl Into<String>) -> DeviceConfig {
+        DeviceConfig { faults: Some(spec.into()), ..self }
     }
     /// The same with `n` engine threads (see [`DeviceConfig::engine_threads`]).
     pub fn with_engine_threads(self, n: usize) -> DeviceConfig {
@@ -420,6 +432,8 @@ pub(crate) struct DeviceShared {
     pub share: Option<Arc<super::share::Share>>,
     /// QP numbers in use (a member of a shared address has 2^18 of them and reuses them).
     pub qpns: Mutex<std::collections::HashSet<u32>>,
+    /// Fault injection ([`DeviceConfig::faults`]), if any.
+    pub faults: Option<Arc<super::faults::FaultState>>,
 }
 
 /// The engine's outlet for IB CM events: `(endpoint, now, event)`.
@@ -560,6 +574,9 @@ impl Drop for EngineHandle {
         self.cores.clear();
         if let Some(share) = &self.shared.share {
             share.close();
+        }
+        if let Some(f) = &self.shared.faults {
+            f.report();
         }
     }
 }
@@ -852,6 +869,7 @@ impl Device {
     /// Opens a device on a local address or interface.
     pub fn open(cfg: DeviceConfig) -> Result<Device> {
         let info = DeviceInfo::query(&cfg)?;
+        let faults = super::faults::FaultState::open(cfg.faults.as_deref())?;
         let ip = info.ip;
         let rx = Arc::new(RxCounters::default());
         let mut threads = cfg.engine_threads.clamp(1, MAX_ENGINE_THREADS);
@@ -925,6 +943,16 @@ impl Device {
                 vec![Box::new(super::backend::memory::MemoryBackend::new(net, ip, cfg.port))]
             }
         };
+        let backends: Vec<Box<dyn super::backend::Backend>> = match &faults {
+            Some(f) => backends
+                .into_iter()
+                .map(|b| {
+                    Box::new(super::backend::faults::FaultBackend::new(b, f.clone()))
+                        as Box<dyn super::backend::Backend>
+                })
+                .collect(),
+            None => backends,
+        };
         let recv_buffer = backends[0].recv_buffer_size();
         let mut links = Vec::with_capacity(backends.len());
         let mut ends = Vec::with_capacity(backends.len());
@@ -976,6 +1004,7 @@ impl Device {
             spin: cfg.spin,
             share: joining.as_ref().map(|j| j.share.clone()),
             qpns: Mutex::new(std::collections::HashSet::new()),
+            faults,
         });
         let stats = super::engine::StatsFile::shared(&shared);
         let mut engines = Vec::with_capacity(backends.len());
@@ -1287,6 +1316,8 @@ pub struct DeviceCounters {
     /// Sends (each a run of packets) that left from the RoCE port instead of the QP's UDP
     /// source port, which another socket held; their ICRC covers the port they left from.
     pub send_port_fallback: u64,
+    /// What fault injection did ([`DeviceConfig::faults`]; all 0 without).
+    pub faults: super::FaultCounters,
     /// The IB CM's counters (messages, retries, duplicates, every drop and refusal).
     pub cm: crate::transport::cm::CmCounters,
     /// A shared address ([`DeviceConfig::share`]): how many devices share it now (this one
@@ -1358,6 +1389,7 @@ impl DeviceCounters {
             ("share_steerings", self.share_steerings),
             ("share_probe_retries", self.share_probe_retries),
         ])
+        .chain(self.faults.iter())
     }
 }
 

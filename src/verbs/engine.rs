@@ -543,7 +543,8 @@ impl Core {
         });
         if work {
             self.stats.dirty = true;
-            let next = self.st.timers.peek().map_or(u64::MAX, |Reverse((t, _))| t.as_nanos());
+            // (QP timers, and packets the backend holds back: fault injection's delays)
+            let next = self.next_deadline().map_or(u64::MAX, |t| t.as_nanos());
             if self.st.cm_dirty || next < link.engine_deadline.load(Ordering::SeqCst) {
                 link.engine_deadline.store(next, Ordering::SeqCst);
                 let _ = link.waker.wake();
@@ -802,6 +803,7 @@ impl Core {
                         && b.tos == tos
                         && b.hop_limit == path.hop_limit
                         && b.flow_label == path.flow_label
+                        && b.qpn == qpn
                         && !b.closed
                         && b.count < max_seg
                         && (b.count + 1) * b.seg <= MAX_GSO_BYTES
@@ -817,6 +819,7 @@ impl Core {
                         tos,
                         hop_limit: path.hop_limit,
                         flow_label: path.flow_label,
+                        qpn,
                         start: pos,
                         end: pos,
                         seg: len,
@@ -957,6 +960,8 @@ struct Batch {
     tos: u8,
     hop_limit: u8,
     flow_label: u32,
+    /// The QP whose packets these are (the fault decorator acts per QP).
+    qpn: u32,
     start: usize,
     end: usize,
     seg: usize,
@@ -1002,6 +1007,7 @@ impl State {
             rcvd_forwarded: rx.forwarded.load(Ordering::Relaxed),
             rcvd_forward_dropped: rx.forward_dropped.load(Ordering::Relaxed),
             send_port_fallback: rx.send_port_fallback.load(Ordering::Relaxed),
+            faults: self.shared.faults.as_ref().map(|f| f.counters()).unwrap_or_default(),
             cm: self.cm.counters().clone(),
             ..self.share_counters()
         }
@@ -1130,6 +1136,9 @@ impl State {
             return;
         }
         let grh = (slot.qp.qp_type() == QpType::Ud).then(|| grh_of(&d, v4));
+        // Fault injection's `rnr=K`: the QP answers this SEND with an RNR NAK.
+        let faults = self.shared.faults.as_deref();
+        let forced_rnr = faults.is_some_and(|f| f.rnr_before(&p, &mut slot.qp));
         match &slot.shared.srq {
             Some(srq_shared) => {
                 let srqn = srq_shared.srqn;
@@ -1151,6 +1160,9 @@ impl State {
                 }
                 slot.qp.handle_packet_grh(now, &p, grh.as_ref(), mrs);
             }
+        }
+        if let (true, Some(f)) = (forced_rnr, faults) {
+            f.rnr_after(&p, &mut slot.qp);
         }
         self.touched.push(qpn);
     }
@@ -1245,6 +1257,7 @@ impl State {
             tos,
             hop_limit,
             flow_label: 0,
+            qpn: GSI_QPN,
         };
         if backend.send(out).is_err() {
             self.shared.rx.send_err.fetch_add(1, Ordering::Relaxed);
@@ -1404,6 +1417,7 @@ fn flush(backend: &mut dyn Backend, tx: &[u8], batch: &mut Option<Batch>, shared
             tos: b.tos,
             hop_limit: b.hop_limit,
             flow_label: b.flow_label,
+            qpn: b.qpn,
         };
         if let Err(e) = backend.send(out) {
             tracing::debug!(dst = %b.dst, packets = b.count, error = %e, "send failed");

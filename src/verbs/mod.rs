@@ -131,6 +131,7 @@ pub mod cq;
 pub mod device;
 pub mod engine;
 pub mod error;
+mod faults;
 pub mod gid;
 pub mod mr;
 pub mod mw;
@@ -150,6 +151,7 @@ pub use device::{
     AsyncEvent, BackendKind, Device, DeviceAttr, DeviceConfig, DeviceCounters, PortAttr, PortState, Sharing,
 };
 pub use error::{Error, Result};
+pub use faults::FaultCounters;
 pub use gid::{Gid, GidIndex, GidType};
 pub use mr::{MemoryRegion, OutOfRegion};
 pub use mw::{MemoryWindow, MwType};

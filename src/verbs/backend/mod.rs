@@ -7,11 +7,15 @@
 //!   full strength and DSCP/ECN and the other header fields are set exactly.
 //! - [`memory`]: an in-process network of devices joined by the transport simulator's lossy
 //!   link, for tests that run the full verbs path with loss.
+//!
+//! Any of them can be wrapped in the `faults` decorator, which applies a fault SPEC to the
+//! packets that pass through it (`SOFTROCE_FAULTS`, `DeviceConfig::faults`).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
+pub(crate) mod faults;
 pub mod memory;
 pub(crate) mod neigh;
 pub mod raw;
@@ -48,6 +52,9 @@ pub(crate) struct Outgoing<'a> {
     pub hop_limit: u8,
     /// IPv6 flow label (backends that build the IP header).
     pub flow_label: u32,
+    /// The local QP that sent the packets (1: the GSI's MADs), for decorators that act per QP
+    /// (`faults`).
+    pub qpn: u32,
 }
 
 /// What the engine needs from a backend.

@@ -1354,6 +1354,7 @@ mod tests {
                 tos: 0,
                 hop_limit: 64,
                 flow_label: 0,
+                qpn: 0,
             };
             b.send(out).unwrap();
         }
@@ -1378,6 +1379,7 @@ mod tests {
                 tos: 0,
                 hop_limit: 64,
                 flow_label: 0,
+                qpn: 0,
             };
             tx.send(out).unwrap();
             let mut got: Vec<Vec<u8>> = Vec::new();

@@ -553,6 +553,7 @@ mod tests {
             tos: 0,
             hop_limit: 64,
             flow_label: 0,
+            qpn: 0,
         };
         let fixed = with_icrc_for_port(&out, 4791);
         let want =
