@@ -28,10 +28,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
+use super::backend::filter::{self, QpnSet};
 use super::backend::{Backend, Datagram, Outgoing};
 use super::cq::CqShared;
 use super::device::{AsyncEvent, DeviceCounters, DeviceShared, EngineLink, Forwarded, MAX_FORWARDED};
 use super::error::{Error, Result};
+use super::flood::{self, FloodWatch};
 use super::gid::{Gid, rc_udp_sport, ud_udp_sport};
 use super::mr::MrTable;
 use super::qp::{AddressVector, QpAttrs, QpInfo, QpShared};
@@ -184,6 +186,15 @@ struct State {
     cm_dirty: bool,
     /// QP1's next BTH PSN.
     gsi_psn: u32,
+    /// Who sends junk, and the warning when it is a flood.
+    flood: FloodWatch,
+    /// The QPs the backend's kernel filter admits (a superset of this engine's), if it has
+    /// one that takes them; and how many dropped datagrams a junk one the engine sees
+    /// stands for ([`Backend::junk_weight`]).
+    admitted: Option<QpnSet>,
+    junk_weight: u64,
+    /// Whether to tell the backend the QPs (until it says it has no filter for them).
+    admit_qpns: bool,
 }
 
 /// What the engine thread and, with inline progress, application threads share behind the
@@ -209,6 +220,15 @@ thread_local! {
     /// The run-queue waits of an application thread that makes inline progress.
     static APP_WAITS: std::cell::RefCell<Option<ThreadWaits>> = const { std::cell::RefCell::new(None) };
 }
+
+/// [`flood::REASONS`] indices of the drops the receive filter does not name.
+const JUNK_BAD_SOURCE: usize = 8;
+const JUNK_ICRC: usize = 9;
+
+/// QP numbers past this engine's highest that its kernel filter admits ahead (per engine of
+/// the device: QPNs are handed out in order, round robin over the engines), so that not
+/// every new QP replaces the filter.
+const ADMIT_AHEAD: u32 = 64;
 
 /// Receive batches read before due timers fire (at most 64 datagrams each).
 const MAX_BATCHES_BEFORE_TIMERS: usize = 16;
@@ -253,6 +273,10 @@ impl Engine {
                 cm_timer: None,
                 cm_dirty: false,
                 gsi_psn: 0,
+                flood: FloodWatch::default(),
+                admitted: None,
+                junk_weight: backend.junk_weight(),
+                admit_qpns: true,
             },
             backend,
             // Room for a full GSO batch of the largest packets.
@@ -379,6 +403,7 @@ impl Engine {
                         qp.set_ud_mtu(mtu);
                         shared.path_mtu.store(mtu as u8, Ordering::Relaxed);
                     }
+                    let qpn = shared.qpn;
                     st.qps.insert(
                         shared.qpn,
                         Slot {
@@ -393,6 +418,8 @@ impl Engine {
                             send_retired_seen: 0,
                         },
                     );
+                    // Before the caller learns the QP number, the kernel filter admits it.
+                    core.admit(qpn);
                     let _ = reply.send(());
                 }
                 Command::ResizeCq { cq, cqe, reply } => {
@@ -483,6 +510,29 @@ impl Engine {
 impl Core {
     fn now(&self) -> Time {
         Time::from_nanos(self.st.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// Has the backend's kernel filter admit QP `qpn` (see [`Backend::admit_qpns`]). When
+    /// the filter's set lacks it, the set becomes this engine's QPs, QP1 and
+    /// [`ADMIT_AHEAD`] QP numbers past the highest; QPs destroyed since the last update stay
+    /// in it until the next (a superset is safe: the engine drops what the filter passes).
+    fn admit(&mut self, qpn: u32) {
+        let st = &mut self.st;
+        if !st.admit_qpns || st.admitted.as_ref().is_some_and(|s| s.contains(qpn)) {
+            return;
+        }
+        let engines = st.shared.engines.len() as u32;
+        let top = st.qps.keys().copied().max().unwrap_or(qpn);
+        let ahead = (top + 1)..(top + 1 + ADMIT_AHEAD * engines).min(1 << 24);
+        let set = QpnSet::from_ranges(st.qps.keys().map(|&q| q..q + 1).chain([1..2, ahead]).collect());
+        if self.backend.admit_qpns(&set) {
+            st.admitted = Some(set);
+        } else {
+            // No filter that takes QP numbers (or the kernel refused it): the engine drops
+            // unknown QPs itself, and asks no more.
+            st.admit_qpns = false;
+            st.admitted = None;
+        }
     }
 
     /// One round of progress on an application thread (inline progress): what has arrived,
@@ -933,6 +983,9 @@ impl State {
             qp: c,
             rcvd_icrc_err: rx.icrc_err.load(Ordering::Relaxed),
             rcvd_malformed: rx.malformed.load(Ordering::Relaxed),
+            rcvd_junk: super::device::JunkCounters::from_array(
+                rx.junk.each_ref().map(|c| c.load(Ordering::Relaxed)),
+            ),
             rcvd_unknown_qp: rx.unknown_qp.load(Ordering::Relaxed),
             rcvd_bad_source: rx.bad_source.load(Ordering::Relaxed),
             icrc_unexpected_id: rx.icrc_unexpected_id.load(Ordering::Relaxed),
@@ -997,6 +1050,16 @@ impl State {
     /// One received packet; `forwarded`: another engine of the device received it.
     fn on_datagram(&mut self, d: Datagram<'_>, now: Time, mrs: &MrTable, forwarded: bool) {
         let rx = &self.shared.rx;
+        // What the kernel filter rejects (a sample of it reaches us, and all of it where
+        // there is no such filter), by reason.
+        if let Err(j) = filter::verdict(d.payload, None) {
+            rx.malformed.fetch_add(1, Ordering::Relaxed);
+            if let Some(c) = rx.junk.get(j as usize) {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+            self.junk(now, &d, j as usize, self.junk_weight);
+            return;
+        }
         let Ok(p) = Packet::new_checked(d.payload) else {
             rx.malformed.fetch_add(1, Ordering::Relaxed);
             return;
@@ -1008,29 +1071,47 @@ impl State {
                 return;
             }
         }
+        // As rxe's `rxe_rcv`: the destination QP and the source address are checked before
+        // the ICRC (`hdr_check`, then `rxe_icrc_check`), so junk for QPs that do not exist,
+        // or from the wrong peer, costs no CRC.
+        let qpn = p.bth().dest_qp();
+        let slot = if qpn == GSI_QPN {
+            None
+        } else {
+            let Some(slot) = self.qps.get_mut(&qpn) else {
+                rx.unknown_qp.fetch_add(1, Ordering::Relaxed);
+                // (a sample of what the filter drops, if it has the QP numbers)
+                let sampled = self.admitted.as_ref().is_some_and(|s| !s.contains(qpn));
+                self.junk(
+                    now,
+                    &d,
+                    filter::Junk::UnknownQp as usize,
+                    if sampled { self.junk_weight } else { 1 },
+                );
+                return;
+            };
+            if let (QpType::Rc | QpType::Uc, Some(path)) = (slot.qp.qp_type(), &slot.path)
+                && path.dst.ip() != d.src.ip()
+            {
+                rx.bad_source.fetch_add(1, Ordering::Relaxed);
+                self.junk(now, &d, JUNK_BAD_SOURCE, 1);
+                return;
+            }
+            Some(slot)
+        };
         let Some(v4) = icrc_check(&d, &p, &mut self.id_solver) else {
             rx.icrc_err.fetch_add(1, Ordering::Relaxed);
+            self.junk(now, &d, JUNK_ICRC, 1);
             return;
         };
         if d.ecn == 3 {
             // Congestion Experienced: counted (the basis for congestion control).
             rx.ecn_ce.fetch_add(1, Ordering::Relaxed);
         }
-        let qpn = p.bth().dest_qp();
-        if qpn == GSI_QPN {
+        let Some(slot) = slot else {
             self.on_gsi(&d, &p, now);
             return;
-        }
-        let Some(slot) = self.qps.get_mut(&qpn) else {
-            rx.unknown_qp.fetch_add(1, Ordering::Relaxed);
-            return;
         };
-        if let (QpType::Rc | QpType::Uc, Some(path)) = (slot.qp.qp_type(), &slot.path)
-            && path.dst.ip() != d.src.ip()
-        {
-            rx.bad_source.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
         let grh = (slot.qp.qp_type() == QpType::Ud).then(|| grh_of(&d, v4));
         match &slot.shared.srq {
             Some(srq_shared) => {
@@ -1055,6 +1136,19 @@ impl State {
             }
         }
         self.touched.push(qpn);
+    }
+
+    /// Records a dropped packet with the flood watch (reason: an index of
+    /// [`flood::REASONS`]), and warns when it closes a window that was a flood.
+    fn junk(&mut self, now: Time, d: &Datagram<'_>, reason: usize, weight: u64) {
+        if let Some(f) = self.flood.record(now, d.src.ip(), reason, weight) {
+            tracing::warn!(
+                "junk flood on {}:{}: {f}; next report in {} s or later",
+                d.dst,
+                d.dst_port,
+                flood::WARN_EVERY.as_secs()
+            );
+        }
     }
 
     /// A packet for QP1: checked as rxe checks a GSI QP's packets (UD SEND Only, P_Key

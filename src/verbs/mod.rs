@@ -131,6 +131,7 @@ pub mod cq;
 pub mod device;
 pub mod engine;
 pub mod error;
+mod flood;
 pub mod gid;
 pub mod mr;
 pub mod mw;
@@ -144,7 +145,8 @@ pub use ah::AddressHandle;
 pub use backend::memory::MemoryNetwork;
 pub use cq::CompletionQueue;
 pub use device::{
-    AsyncEvent, BackendKind, Device, DeviceAttr, DeviceConfig, DeviceCounters, PortAttr, PortState,
+    AsyncEvent, BackendKind, Device, DeviceAttr, DeviceConfig, DeviceCounters, JunkCounters, PortAttr,
+    PortState,
 };
 pub use error::{Error, Result};
 pub use gid::{Gid, GidIndex, GidType};
