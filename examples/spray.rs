@@ -72,6 +72,9 @@ struct Args {
     /// UDP destination port.
     #[arg(long, default_value_t = 4791)]
     port: u16,
+    /// Also print the counts every this many seconds while spraying.
+    #[arg(long)]
+    report_every: Option<f64>,
 }
 
 fn parse_u32(s: &str) -> std::result::Result<u32, String> {
@@ -266,8 +269,15 @@ fn main() {
     let mut sent = vec![0u64; kinds.len()];
     let t0 = Instant::now();
     let limit = Duration::from_secs_f64(a.seconds.max(0.0));
+    let report = |sent: &[u64]| {
+        let secs = t0.elapsed().as_secs_f64();
+        let total: u64 = sent.iter().sum();
+        let list: Vec<String> = kinds.iter().zip(sent).map(|(k, n)| format!("{k}={n}")).collect();
+        println!("spray: sent {} in {secs:.1} s ({:.0} datagrams/s)", list.join(" "), total as f64 / secs);
+    };
     let mut i = 0usize;
-    'spray: loop {
+    let mut next_report = a.report_every.map(|s| Duration::from_secs_f64(s.max(0.1)));
+    loop {
         // The clock is read once per 64 datagrams.
         for _ in 0..64 {
             let (k, t, pkt) = &pool[i % POOL];
@@ -277,12 +287,17 @@ fn main() {
             }
             i += 1;
         }
-        if t0.elapsed() >= limit {
-            break 'spray;
+        let now = t0.elapsed();
+        if now >= limit {
+            break;
+        }
+        if let (Some(at), Some(every)) = (next_report, a.report_every) {
+            if now >= at {
+                // (for a caller that stops the sprayer with a signal: the last line counts)
+                report(&sent);
+                next_report = Some(at + Duration::from_secs_f64(every.max(0.1)));
+            }
         }
     }
-    let secs = t0.elapsed().as_secs_f64();
-    let total: u64 = sent.iter().sum();
-    let list: Vec<String> = kinds.iter().zip(&sent).map(|(k, n)| format!("{k}={n}")).collect();
-    println!("spray: sent {} in {secs:.1} s ({:.0} datagrams/s)", list.join(" "), total as f64 / secs);
+    report(&sent);
 }

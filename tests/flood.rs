@@ -54,7 +54,14 @@ struct Run {
 
 /// One `perf write-bw` pair between `a` (server) and `b` for `secs`, with `spray` (its
 /// arguments) running from half a second in, if given.
-fn perf_pair(a: &str, b: &str, port: u16, secs: u64, run_dir: &Path, spray: Option<&[String]>) -> Run {
+fn perf_pair(
+    a: &str,
+    b: &str,
+    port: u16,
+    secs: u64,
+    run_dir: &Path,
+    spray: Option<(&Path, &[String])>,
+) -> Run {
     let bin = env!("CARGO_BIN_EXE_softroce");
     std::fs::create_dir_all(run_dir).unwrap();
     let perf = |args: &[&str]| -> Child {
@@ -81,9 +88,9 @@ fn perf_pair(a: &str, b: &str, port: u16, secs: u64, run_dir: &Path, spray: Opti
     std::thread::sleep(Duration::from_millis(300));
     let client = perf(&["-d", b, a]);
     let t0 = Instant::now();
-    let sprayer = spray.map(|args| {
+    let sprayer = spray.map(|(bin, args)| {
         std::thread::sleep(Duration::from_millis(500));
-        Command::new(common::example("spray"))
+        Command::new(bin)
             .args(args)
             .args(["--seconds", &(secs + 1).to_string()])
             .stdout(Stdio::piped())
@@ -147,13 +154,15 @@ fn write_bw_keeps_its_goodput_under_a_junk_flood() {
     .iter()
     .map(|s| s.to_string())
     .collect();
+    // (built before the clock starts)
+    let sprayer = common::example("spray");
     let mut ratios = Vec::new();
     for round in 1..=rounds {
         // (each run its own run directory: the counters read below are the flooded run's)
         let (clean_dir, flood_dir) =
             (run_dir.join(format!("clean{round}")), run_dir.join(format!("flood{round}")));
         let clean = perf_pair(&a, &b, port, secs, &clean_dir, None);
-        let flood = perf_pair(&a, &b, port, secs, &flood_dir, Some(&spray));
+        let flood = perf_pair(&a, &b, port, secs, &flood_dir, Some((&sprayer, &spray)));
         let ratio = flood.bw / clean.bw;
         println!(
             "round {round}: clean {:.1} MB/s, flooded {:.1} MB/s, ratio {ratio:.2}; resident set (server, client) {:?} -> {:?} KiB",

@@ -195,6 +195,9 @@ struct State {
     junk_weight: u64,
     /// Whether to tell the backend the QPs (until it says it has no filter for them).
     admit_qpns: bool,
+    /// When the set was last given, and whether it was exactly this engine's QPs.
+    admitted_at: Option<Time>,
+    admitted_exact: bool,
 }
 
 /// What the engine thread and, with inline progress, application threads share behind the
@@ -225,10 +228,16 @@ thread_local! {
 const JUNK_BAD_SOURCE: usize = 8;
 const JUNK_ICRC: usize = 9;
 
-/// QP numbers past this engine's highest that its kernel filter admits ahead (per engine of
-/// the device: QPNs are handed out in order, round robin over the engines), so that not
-/// every new QP replaces the filter.
+/// QP numbers past this engine's highest that its kernel filter admits ahead while QPs are
+/// created in a burst (per engine of the device: QPNs are handed out in order, round robin
+/// over the engines), so that not every new QP replaces the filter: the kernel takes about
+/// 0.3 µs per instruction to take a new program (70 µs for the usual 170).
 const ADMIT_AHEAD: u32 = 64;
+/// QPs created less than this apart are a burst.
+const ADMIT_BURST: Duration = Duration::from_millis(1);
+/// A filter that admits more than the engine's QPs (a burst's QP numbers ahead, destroyed
+/// QPs) is made exact again after this long.
+const ADMIT_TIGHTEN: Duration = Duration::from_millis(250);
 
 /// Receive batches read before due timers fire (at most 64 datagrams each).
 const MAX_BATCHES_BEFORE_TIMERS: usize = 16;
@@ -277,6 +286,8 @@ impl Engine {
                 admitted: None,
                 junk_weight: backend.junk_weight(),
                 admit_qpns: true,
+                admitted_at: None,
+                admitted_exact: true,
             },
             backend,
             // Room for a full GSO batch of the largest packets.
@@ -325,6 +336,7 @@ impl Engine {
             work |= core.transmit(now);
             core.publish();
             core.stats.dirty |= work;
+            core.tighten_admitted(now);
             if core.stats.dirty && core.stats.due() {
                 core.backend.refresh_counters();
                 let c = core.st.counters();
@@ -450,6 +462,8 @@ impl Engine {
                 Command::DestroyQp { qpn, reply } => {
                     if let Some(s) = st.qps.remove(&qpn) {
                         st.shared.retired_counters.lock().add(s.qp.counters());
+                        // (the filter still admits it: tightened later)
+                        st.admitted_exact = false;
                     }
                     let _ = reply.send(());
                 }
@@ -512,19 +526,32 @@ impl Core {
         Time::from_nanos(self.st.epoch.elapsed().as_nanos() as u64)
     }
 
-    /// Has the backend's kernel filter admit QP `qpn` (see [`Backend::admit_qpns`]). When
-    /// the filter's set lacks it, the set becomes this engine's QPs, QP1 and
-    /// [`ADMIT_AHEAD`] QP numbers past the highest; QPs destroyed since the last update stay
-    /// in it until the next (a superset is safe: the engine drops what the filter passes).
+    /// Has the backend's kernel filter admit QP `qpn` (see [`Backend::admit_qpns`]) before
+    /// the QP's creator learns its number. When the filter's set lacks it, the set becomes
+    /// this engine's QPs and QP1, and, when QPs come in a burst, [`ADMIT_AHEAD`] QP numbers
+    /// past the highest. A set that admits more than the QPs (those, or destroyed QPs: a
+    /// superset is safe, the engine drops what the filter passes) is made exact again by
+    /// [`Core::tighten_admitted`] within [`ADMIT_TIGHTEN`].
     fn admit(&mut self, qpn: u32) {
-        let st = &mut self.st;
+        let st = &self.st;
         if !st.admit_qpns || st.admitted.as_ref().is_some_and(|s| s.contains(qpn)) {
             return;
         }
+        let now = self.now();
+        let burst = self.st.admitted_at.is_some_and(|t| now - t < ADMIT_BURST);
+        self.admit_now(now, burst);
+    }
+
+    /// Gives the backend's filter this engine's QPs (and, with `ahead`, the QP numbers of a
+    /// burst to come).
+    fn admit_now(&mut self, now: Time, ahead: bool) {
+        let st = &mut self.st;
         let engines = st.shared.engines.len() as u32;
-        let top = st.qps.keys().copied().max().unwrap_or(qpn);
-        let ahead = (top + 1)..(top + 1 + ADMIT_AHEAD * engines).min(1 << 24);
-        let set = QpnSet::from_ranges(st.qps.keys().map(|&q| q..q + 1).chain([1..2, ahead]).collect());
+        let top = st.qps.keys().copied().max().unwrap_or(1);
+        let more = if ahead { (top + 1)..(top + 1 + ADMIT_AHEAD * engines).min(1 << 24) } else { 0..0 };
+        let set = QpnSet::from_ranges(st.qps.keys().map(|&q| q..q + 1).chain([1..2, more]).collect());
+        st.admitted_at = Some(now);
+        st.admitted_exact = !ahead && set.ranges().len() < QpnSet::MAX_RANGES;
         if self.backend.admit_qpns(&set) {
             st.admitted = Some(set);
         } else {
@@ -532,6 +559,19 @@ impl Core {
             // unknown QPs itself, and asks no more.
             st.admit_qpns = false;
             st.admitted = None;
+        }
+    }
+
+    /// Makes the filter's QP set exact again some time after it was last widened (see
+    /// [`Core::admit`]); a QP destroyed leaves it wide.
+    fn tighten_admitted(&mut self, now: Time) {
+        let st = &self.st;
+        if st.admit_qpns
+            && st.admitted.is_some()
+            && !st.admitted_exact
+            && st.admitted_at.is_none_or(|t| now - t >= ADMIT_TIGHTEN)
+        {
+            self.admit_now(now, false);
         }
     }
 

@@ -28,6 +28,14 @@
 #
 # Needs the release binary (cargo build --release --bin softroce): rig.sh build puts it into the
 # guest image (RIG_SOFTROCE to use another one).
+#
+# COMPARE_TESTS picks the tests (default "write_bw send_lat read_bw"). write_bw_flood is
+# write_bw while the host floods both guests' UDP 4791 with junk from the namespace
+# (examples/spray.rs, as tests/flood.rs: random bytes, truncated headers, BTH-shaped packets
+# for QPs 0x11..0x14 with wrong ICRCs, 4 GiB READ requests with wrong ICRCs, as fast as one host
+# process sends; cargo build --release --example spray); with write_bw beside it, the table
+# gives each stack's flooded goodput as a share of its clean one (issue 30):
+#   COMPARE_TESTS="write_bw write_bw_flood" flock /tmp/softroce-rig.lock tests/interop/compare.sh
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -48,6 +56,7 @@ ILAT=${COMPARE_ITERS_LAT:-$ILAT}
 ROUNDS=${COMPARE_ROUNDS:-$ROUNDS}
 SR_BIN=${RIG_SOFTROCE:-$REPO/target/release/softroce}
 SR_ENV=${COMPARE_SR_ENV:+env $COMPARE_SR_ENV }
+SPRAY=${COMPARE_SPRAY:-$REPO/target/release/examples/spray}
 VM1=10.77.0.2
 VM2=10.77.0.3
 # a perftest result row: size, iterations, then three or more numbers
@@ -84,14 +93,16 @@ pair() {
     for try in 1 2; do
         log=$OUT/$round-$stack-$test.log
         [ $try = 2 ] && { mv "$log" "$log.first"; say "$stack $test failed; once more (first run: $log.first)"; }
+        local tool=${test%_flood} spray= sp=
         if [ "$stack" = rxe ]; then
-            srv="ib_$test -x 1 $args"
-            cli="ib_$test -x 1 $args $VM1"
+            srv="ib_$tool -x 1 $args"
+            cli="ib_$tool -x 1 $args $VM1"
         else
-            srv="${SR_ENV}softroce perf ${test/_/-} -d $VM1 $args"
+            srv="${SR_ENV}softroce perf ${tool/_/-} -d $VM1 $args"
             # (the client retries its connection for up to 60 s: no wait-port, see below)
-            cli="${SR_ENV}softroce perf ${test/_/-} -d $VM2 --connect-timeout 60 $args $VM1"
+            cli="${SR_ENV}softroce perf ${tool/_/-} -d $VM2 --connect-timeout 60 $args $VM1"
         fi
+        [ "$tool" != "$test" ] && spray="$SPRAY --from 10.77.0.1 --to $VM1,$VM2 --qpn 0x11 --qpns 4 --kinds random,truncated,bth_bad_icrc,read_bad_icrc --seconds 600 --report-every 1"
         {
             echo "### $stack $test: server vm1: $srv; client vm2: $cli"
             echo "--- $(date +%T.%N | cut -c1-12) server start (host load $(load))"
@@ -105,9 +116,19 @@ pair() {
                 echo "server did not listen; vm1's processes and load:"
                 "$RIG" vm -t 30 1 'ps -o pid,stat,args | grep -v " \[" ; cat /proc/loadavg; netstat -ltnu'
             fi
+            if [ -n "$spray" ]; then
+                echo "--- flood: $spray"
+                "$RIG" host "exec $spray" > "$log.spray" 2>&1 &
+                sp=$!
+                sleep 1
+            fi
             echo "--- $(date +%T.%N | cut -c1-12) client start"
             echo "--- client (vm2)"
             "$RIG" vm -t 300 2 "$cli"; echo "--- client exit $?"
+            if [ -n "$sp" ]; then
+                kill -INT "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+                echo "--- flood ended: $(tail -n 1 "$log.spray")"
+            fi
             echo "--- server (vm1)"
             "$RIG" vm-wait 1 srv 60; echo "--- server exit $?"
             echo "--- $(date +%T.%N | cut -c1-12) end"
@@ -127,8 +148,9 @@ pair() {
 # figure TEST ROW: BW average (MB/s) for a bandwidth test, t_typical (µs) for a latency test
 figure() { case $1 in *_bw) awk '{ print $4 }' <<< "$2" ;; *) awk '{ print $5 }' <<< "$2" ;; esac; }
 
-TESTS="write_bw send_lat read_bw"
-declare -A ARGS=([write_bw]="-s 65536 -n $IBW" [send_lat]="-s 2 -n $ILAT" [read_bw]="-s 65536 -n $IBW")
+TESTS=${COMPARE_TESTS:-"write_bw send_lat read_bw"}
+declare -A ARGS=([write_bw]="-s 65536 -n $IBW" [write_bw_flood]="-s 65536 -n $IBW" [send_lat]="-s 2 -n $ILAT" [read_bw]="-s 65536 -n $IBW")
+if [[ " $TESTS " == *_flood* ]] && [ ! -x "$SPRAY" ]; then say "no sprayer at $SPRAY: cargo build --release --example spray"; exit 2; fi
 declare -A RES TMIN
 FAILED=0
 
@@ -198,6 +220,7 @@ join() { local IFS=/; echo "$*" | sed 's|/| / |g'; }
     for t in $TESTS; do
         case $t in
             write_bw) name="RC WRITE bandwidth (BW average)"; size="64 KiB"; n=$IBW; u="MB/s"; better=higher ;;
+            write_bw_flood) name="RC WRITE bandwidth under a junk flood"; size="64 KiB"; n=$IBW; u="MB/s"; better=higher ;;
             send_lat) name="RC SEND latency (t_typical)"; size="2 B"; n=$ILAT; u="µs"; better=lower ;;
             read_bw) name="RC READ bandwidth (BW average)"; size="64 KiB"; n=$IBW; u="MB/s"; better=higher ;;
         esac
@@ -210,14 +233,29 @@ join() { local IFS=/; echo "$*" | sed 's|/| / |g'; }
         printf '| %s | %s | %s | %s %s | %s %s | %s (%s is better) |\n' "$name" "$size" "$n" "$(join "${rs[@]}")" "$u" \
             "$(join "${ss[@]}")" "$u" "$(join "${qs[@]}")" "$better"
     done
+    # under a flood: each stack's share of its clean goodput, round by round
+    if [[ " $TESTS " == *" write_bw "* && " $TESTS " == *" write_bw_flood "* ]]; then
+        for stack in rxe softroce; do
+            ks=()
+            for round in $(seq 1 "$ROUNDS"); do
+                k=$(ratio "${RES[$stack.write_bw.$round]}" "${RES[$stack.write_bw_flood.$round]}" '%.2f')
+                ks+=("${k:-failed}")
+            done
+            keeps+="${keeps:+; }$stack $(join "${ks[@]}")"
+        done
+        echo
+        echo "Flooded / clean write bandwidth: $keeps."
+    fi
     # the latency floor beside the median: under host load the two differ most
-    for stack in rxe softroce; do
-        ms=()
-        for round in $(seq 1 "$ROUNDS"); do ms+=("${TMIN[$stack.send_lat.$round]:-failed}"); done
-        mins+="${mins:+, }$stack $(join "${ms[@]}") µs"
-    done
-    echo
-    echo "send_lat t_min: $mins."
+    if [[ " $TESTS " == *" send_lat "* ]]; then
+        for stack in rxe softroce; do
+            ms=()
+            for round in $(seq 1 "$ROUNDS"); do ms+=("${TMIN[$stack.send_lat.$round]:-failed}"); done
+            mins+="${mins:+, }$stack $(join "${ms[@]}") µs"
+        done
+        echo
+        echo "send_lat t_min: $mins."
+    fi
 } > "$OUT/table.md"
 # json TEST SIZE ITERS METRIC ROUND: one machine-readable line (null for a failed side)
 json() {
@@ -229,9 +267,12 @@ json() {
         "${TMIN[rxe.$t.$round]:-null}" "${TMIN[softroce.$t.$round]:-null}" "$([ $SHORT = 1 ] && echo true || echo false)" "$LOAD0" "$LOAD1"
 }
 for round in $(seq 1 "$ROUNDS"); do
-    json write_bw 65536 "$IBW" bw_avg_MBps "$round"
-    json send_lat 2 "$ILAT" t_typical_us "$round"
-    json read_bw 65536 "$IBW" bw_avg_MBps "$round"
+    for t in $TESTS; do
+        case $t in
+            send_lat) json "$t" 2 "$ILAT" t_typical_us "$round" ;;
+            *) json "$t" 65536 "$IBW" bw_avg_MBps "$round" ;;
+        esac
+    done
 done > "$OUT/results.jsonl"
 cat "$OUT/table.md"
 echo
