@@ -291,12 +291,12 @@ fn main() {
         if now >= limit {
             break;
         }
-        if let (Some(at), Some(every)) = (next_report, a.report_every) {
-            if now >= at {
-                // (for a caller that stops the sprayer with a signal: the last line counts)
-                report(&sent);
-                next_report = Some(at + Duration::from_secs_f64(every.max(0.1)));
-            }
+        if let (Some(at), Some(every)) = (next_report, a.report_every)
+            && now >= at
+        {
+            // (for a caller that stops the sprayer with a signal: the last line counts)
+            report(&sent);
+            next_report = Some(at + Duration::from_secs_f64(every.max(0.1)));
         }
     }
     report(&sent);

@@ -132,7 +132,7 @@ fn counters(run_dir: &Path, ip: &str) -> serde_json::Value {
 #[ignore = "takes a core for the sprayer and a minute: run with --ignored, as .ci/run's root phase does"]
 fn write_bw_keeps_its_goodput_under_a_junk_flood() {
     let rounds: usize = env_or("SOFTROCE_FLOOD_ROUNDS", 5);
-    let secs: u64 = env_or("SOFTROCE_FLOOD_SECONDS", 4);
+    let secs: u64 = env_or("SOFTROCE_FLOOD_SECONDS", 5);
     let n = std::process::id() % 200 + 20;
     let (a, b) = (format!("127.30.{n}.1"), format!("127.30.{n}.2"));
     let run_dir = std::env::temp_dir().join(format!("softroce-flood-{}", std::process::id()));
