@@ -324,7 +324,7 @@ impl Clone for Tables {
 /// The change the unknown bits make to the CRC of a packet whose ICRC field sits `t` bytes
 /// after them is their change for `t = 0` multiplied by x^(8t) (modulo the CRC polynomial,
 /// which has x invertible). So one set of tables, for `t = 0`, serves every length: the
-/// syndrome is multiplied by x^(-8t) ([`x_pow_minus_8n`], two multiplications) and reduced
+/// syndrome is multiplied by x^(-8t) (two multiplications, from two tables) and reduced
 /// there. That costs a few hundred nanoseconds more than tables made for the packet's own
 /// length, so a receiver, which sees few distinct lengths, also keeps those for the lengths of
 /// packets that *verified*: junk (a wrong ICRC, of any length) never builds tables (tens of
