@@ -24,7 +24,7 @@
 //! when there are fewer): `--from B,A --to A,B` floods two peers, each from the other's
 //! address. The packets are built before the clock starts (a pool of [`POOL`], cycled), so
 //! the sending loop is system calls only. Prints `spray: sent <kind>=<n> … in <s> s (<rate>
-//! datagrams/s)` at the end.
+//! datagrams/s)` at the end (and every `--report-every` seconds); `--rate` paces it.
 //!
 //! ```text
 //! spray --from 127.8.0.1 --to 127.9.0.1 --qpn 0x12 --psn 0x400000 --rkey 0x1234 --addr 0x7f00 --seconds 5
@@ -75,6 +75,10 @@ struct Args {
     /// Also print the counts every this many seconds while spraying.
     #[arg(long)]
     report_every: Option<f64>,
+    /// At most this many datagrams per second (paced in bursts of 64); as fast as it can
+    /// without.
+    #[arg(long)]
+    rate: Option<f64>,
 }
 
 fn parse_u32(s: &str) -> std::result::Result<u32, String> {
@@ -287,9 +291,17 @@ fn main() {
             }
             i += 1;
         }
-        let now = t0.elapsed();
+        let mut now = t0.elapsed();
         if now >= limit {
             break;
+        }
+        if let Some(rate) = a.rate.filter(|r| *r > 0.0) {
+            // The time the datagrams sent so far are due by.
+            let due = Duration::from_secs_f64(i as f64 / rate);
+            if due > now {
+                std::thread::sleep(due - now);
+                now = t0.elapsed();
+            }
         }
         if let (Some(at), Some(every)) = (next_report, a.report_every)
             && now >= at

@@ -36,6 +36,9 @@
 # process sends; cargo build --release --example spray); with write_bw beside it, the table
 # gives each stack's flooded goodput as a share of its clean one (issue 30):
 #   COMPARE_TESTS="write_bw write_bw_flood" flock /tmp/softroce-rig.lock tests/interop/compare.sh
+# COMPARE_RUN_TIMEOUT: seconds a run may take (300). COMPARE_FLOOD_ARGS adds sprayer
+# arguments, e.g. "--rate 4000" (datagrams/s in all): a TCG guest's emulated CPU drowns in
+# the kernel's receive path long before the sprayer's full rate.
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -57,6 +60,7 @@ ROUNDS=${COMPARE_ROUNDS:-$ROUNDS}
 SR_BIN=${RIG_SOFTROCE:-$REPO/target/release/softroce}
 SR_ENV=${COMPARE_SR_ENV:+env $COMPARE_SR_ENV }
 SPRAY=${COMPARE_SPRAY:-$REPO/target/release/examples/spray}
+RUN_TIMEOUT=${COMPARE_RUN_TIMEOUT:-300}
 VM1=10.77.0.2
 VM2=10.77.0.3
 # a perftest result row: size, iterations, then three or more numbers
@@ -102,11 +106,11 @@ pair() {
             # (the client retries its connection for up to 60 s: no wait-port, see below)
             cli="${SR_ENV}softroce perf ${tool/_/-} -d $VM2 --connect-timeout 60 $args $VM1"
         fi
-        [ "$tool" != "$test" ] && spray="$SPRAY --from 10.77.0.1 --to $VM1,$VM2 --qpn 0x11 --qpns 4 --kinds random,truncated,bth_bad_icrc,read_bad_icrc --seconds 600 --report-every 1"
+        [ "$tool" != "$test" ] && spray="$SPRAY --from 10.77.0.1 --to $VM1,$VM2 --qpn 0x11 --qpns 4 --kinds random,truncated,bth_bad_icrc,read_bad_icrc --seconds 600 --report-every 1 ${COMPARE_FLOOD_ARGS:-}"
         {
             echo "### $stack $test: server vm1: $srv; client vm2: $cli"
             echo "--- $(date +%T.%N | cut -c1-12) server start (host load $(load))"
-            "$RIG" vm-bg -t 300 1 srv "$srv"
+            "$RIG" vm-bg -t "$RUN_TIMEOUT" 1 srv "$srv"
             # perftest's client does not retry its connection: wait until the server listens.
             # softroce's does, so its runs skip this: under host load the rig's control
             # channel now and then leaves a request unanswered (4 of ~20 wait-ports after a
@@ -124,9 +128,10 @@ pair() {
             fi
             echo "--- $(date +%T.%N | cut -c1-12) client start"
             echo "--- client (vm2)"
-            "$RIG" vm -t 300 2 "$cli"; echo "--- client exit $?"
+            "$RIG" vm -t "$RUN_TIMEOUT" 2 "$cli"; echo "--- client exit $?"
             if [ -n "$sp" ]; then
-                kill -INT "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+                # (SIGTERM: a background job of a script ignores SIGINT)
+                kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
                 echo "--- flood ended: $(tail -n 1 "$log.spray")"
             fi
             echo "--- server (vm1)"
@@ -146,7 +151,7 @@ pair() {
 }
 
 # figure TEST ROW: BW average (MB/s) for a bandwidth test, t_typical (µs) for a latency test
-figure() { case $1 in *_bw) awk '{ print $4 }' <<< "$2" ;; *) awk '{ print $5 }' <<< "$2" ;; esac; }
+figure() { case $1 in *_bw | *_bw_flood) awk '{ print $4 }' <<< "$2" ;; *) awk '{ print $5 }' <<< "$2" ;; esac; }
 
 TESTS=${COMPARE_TESTS:-"write_bw send_lat read_bw"}
 declare -A ARGS=([write_bw]="-s 65536 -n $IBW" [write_bw_flood]="-s 65536 -n $IBW" [send_lat]="-s 2 -n $ILAT" [read_bw]="-s 65536 -n $IBW")
