@@ -145,7 +145,7 @@ mod tests {
         let mut w = FloodWatch::default();
         let (attacker, peer): (IpAddr, IpAddr) = ("10.0.0.66".parse().unwrap(), "10.0.0.2".parse().unwrap());
         let mut floods = Vec::new();
-        // 25 s: 20 000 weighted junk/s from the attacker (sampled, weight 64), a trickle of
+        // 25 s: 20 000 weighted junk/s from the attacker (5 records of weight 4 a ms), a trickle of
         // ICRC errors from the peer, a few other sources.
         for ms in 0..25_000u64 {
             for k in 0..5 {

@@ -441,21 +441,7 @@ mod tests {
         // find exactly those; a corrupted payload is found by both or neither, alike.
         let mut solver = Ipv4IdSolver::new();
         for (len, id, df) in [(64usize, 0u16, true), (64, 17, true), (4096, 63, true), (100, 0xbeef, false)] {
-            let mut ip = [0u8; 20];
-            ip[0] = 0x45;
-            ip[2..4].copy_from_slice(&((20 + 8 + 12 + len + 4) as u16).to_be_bytes());
-            ip[9] = 17;
-            ip[12..16].copy_from_slice(&[127, 0, 0, 1]);
-            ip[16..20].copy_from_slice(&[127, 0, 0, 2]);
-            let mut udp = [0u8; 8];
-            udp[..2].copy_from_slice(&0xc000u16.to_be_bytes());
-            udp[2..4].copy_from_slice(&4791u16.to_be_bytes());
-            udp[4..6].copy_from_slice(&((8 + 12 + len + 4) as u16).to_be_bytes());
-            let mut ib: Vec<u8> = (0..12 + len).map(|i| (i * 31 + 7) as u8).collect();
-            let mut sent = ip;
-            sent[4..6].copy_from_slice(&id.to_be_bytes());
-            sent[6] = if df { 0x40 } else { 0 };
-            let icrc = compute(&sent, &udp, &ib).unwrap();
+            let (ip, udp, mut ib, icrc) = built(len, id, df, 0);
             let want = Some(RecoveredIpv4 { id, df });
             assert_eq!(solver.recover(&ip, &udp, &ib, icrc).unwrap(), want);
             assert_eq!(recover_ipv4_id(&ip, &udp, &ib, icrc).unwrap(), want);

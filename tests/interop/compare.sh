@@ -201,7 +201,7 @@ for round in $(seq 1 "$ROUNDS"); do
             if row=$(pair $stack $t "${ARGS[$t]}" "$round"); then
                 RES[$stack.$t.$round]=$(figure $t "$row")
                 [[ $t == *_lat ]] && TMIN[$stack.$t.$round]=$(awk '{ print $3 }' <<< "$row")
-                say "round $round: $stack $t: ${RES[$stack.$t.$round]} $([[ $t == *_bw ]] && echo MB/s || echo µs)"
+                say "round $round: $stack $t: ${RES[$stack.$t.$round]} $([[ $t == *_bw* ]] && echo MB/s || echo µs)"
             else
                 RES[$stack.$t.$round]=""
                 FAILED=$((FAILED + 1))

@@ -1297,18 +1297,7 @@ mod tests {
             &[0x01, 0x00, 0xff, 0xff, 0, 0, 0, 0x11],
         ];
         for k in 0..400 {
-            let contents = junk[k % 4];
-            let out = Outgoing {
-                dst: SocketAddr::new(a.ips[0], a.port),
-                src_ip: b.ips[0],
-                src_port: 0xc000,
-                contents,
-                segment_size: contents.len(),
-                tos: 0,
-                hop_limit: 64,
-                flow_label: 0,
-            };
-            b.send(out).unwrap();
+            send_one(&mut b, &a, junk[k % 4]);
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
         let mut got = 0;
@@ -1320,17 +1309,7 @@ mod tests {
         // and says so in PACKET_STATISTICS; every frame is either received or counted.
         let sent = Ring::FRAMES + 60;
         for _ in 0..sent {
-            let out = Outgoing {
-                dst: SocketAddr::new(a.ips[0], a.port),
-                src_ip: b.ips[0],
-                src_port: 0xc000,
-                contents: &run[..64],
-                segment_size: 64,
-                tos: 0,
-                hop_limit: 64,
-                flow_label: 0,
-            };
-            b.send(out).unwrap();
+            send_one(&mut b, &a, &run[..64]);
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
         let mut got = 0;
@@ -1338,6 +1317,21 @@ mod tests {
         a.refresh_counters();
         let drops = a.rx.socket_drops.load(Ordering::Relaxed) as usize;
         assert_eq!((got, drops), (Ring::FRAMES, sent - Ring::FRAMES));
+    }
+
+    /// One packet of `contents` from `tx` to `rx`.
+    fn send_one(tx: &mut RawBackend, rx: &RawBackend, contents: &[u8]) {
+        let out = Outgoing {
+            dst: SocketAddr::new(rx.ips[0], rx.port),
+            src_ip: tx.ips[0],
+            src_port: 0xc000,
+            contents,
+            segment_size: contents.len(),
+            tos: 0,
+            hop_limit: 64,
+            flow_label: 0,
+        };
+        tx.send(out).unwrap();
     }
 
     /// One packet, then a 64 KiB GSO run, from `tx` to `rx`: all of it arrives, once, whole.
