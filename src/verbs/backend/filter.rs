@@ -156,6 +156,16 @@ impl QpnSet {
     }
 }
 
+/// Whether the UDP backend's filter also tests destination QPs (`SOFTROCE_QPN_FILTER=1`; off
+/// by default). With it, the 1 GiB veth loss test (`tests/netns_loss.rs`) ended in
+/// `RETRY_EXC_ERR` on both sides in 7 of 32 runs of a debug build on a loaded machine, with no
+/// drop counted anywhere, against 0 of 27 without it (with the rest of the filter, and
+/// before it); the cause is not found yet. See docs/design/flood.md.
+pub(crate) fn qpn_filter_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SOFTROCE_QPN_FILTER").is_ok_and(|v| v.trim() == "1"))
+}
+
 /// Bytes of a BTH and an ICRC.
 const MIN: u32 = 12 + 4;
 

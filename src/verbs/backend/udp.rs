@@ -342,6 +342,7 @@ impl Backend for UdpBackend {
     fn admit_qpns(&mut self, qpns: &filter::QpnSet) -> bool {
         use std::os::fd::AsRawFd;
         self.filtered
+            && filter::qpn_filter_enabled()
             && filter::udp_socket_filter(Some(qpns), filter::SAMPLE)
                 .is_some_and(|prog| bpf::attach_filter(self.sock.as_raw_fd(), &prog).is_ok())
     }
