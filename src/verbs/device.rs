@@ -265,6 +265,9 @@ pub struct DeviceAttr {
 pub(crate) struct RxCounters {
     pub icrc_err: AtomicU64,
     pub malformed: AtomicU64,
+    /// Of `malformed`: per [`super::backend::filter::Junk`] reason but the last (unknown QPs
+    /// are `unknown_qp`).
+    pub junk: [AtomicU64; 7],
     pub unknown_qp: AtomicU64,
     pub bad_source: AtomicU64,
     pub icrc_unexpected_id: AtomicU64,
@@ -1261,6 +1264,33 @@ pub fn counters_dir() -> std::path::PathBuf {
     super::rundir::run_dir_path()
 }
 
+/// Datagrams dropped as not RoCEv2 for the device, by reason, in the order the receive
+/// filter checks them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JunkCounters {
+    /// Fewer bytes than a BTH and an ICRC.
+    pub short: u64,
+    /// A BTH transport version other than 0.
+    pub tver: u64,
+    /// A P_Key outside the default partition.
+    pub pkey: u64,
+    /// A reserved opcode.
+    pub opcode: u64,
+    /// Shorter than the opcode's headers and the ICRC.
+    pub truncated: u64,
+    /// A pad count that does not fit, or a pad on an opcode without payload.
+    pub pad: u64,
+    /// A length that is not a multiple of 4.
+    pub unaligned: u64,
+}
+
+impl JunkCounters {
+    pub(crate) fn from_array(a: [u64; 7]) -> JunkCounters {
+        let [short, tver, pkey, opcode, truncated, pad, unaligned] = a;
+        JunkCounters { short, tver, pkey, opcode, truncated, pad, unaligned }
+    }
+}
+
 /// Device counters: rxe's hw_counters names plus the receive path's drops.
 #[derive(Debug, Clone, Default)]
 pub struct DeviceCounters {
@@ -1268,8 +1298,14 @@ pub struct DeviceCounters {
     pub qp: Counters,
     /// Packets dropped for a bad ICRC.
     pub rcvd_icrc_err: u64,
-    /// Packets dropped because they did not parse.
+    /// Packets dropped because they are not RoCEv2 for this device: they did not parse, or
+    /// carry a transport version other than 0 or a P_Key outside the default partition (the
+    /// sum of `rcvd_junk`'s counts and the other parse failures).
     pub rcvd_malformed: u64,
+    /// `rcvd_malformed` by reason. With a kernel socket filter (UDP and raw backends) the
+    /// engine sees a random 1 in 64 of what the filter drops, so these count that sample
+    /// (the total the kernel dropped is in `rcvd_socket_drops`).
+    pub rcvd_junk: JunkCounters,
     /// Packets for a QP that does not exist.
     pub rcvd_unknown_qp: u64,
     /// Packets from an address the QP is not connected to.
@@ -1282,9 +1318,11 @@ pub struct DeviceCounters {
     /// Packets received with ECN Congestion Experienced (mlx5 calls it
     /// `np_ecn_marked_roce_packets`).
     pub rcvd_ecn_ce: u64,
-    /// Packets the kernel dropped because the device's receive socket was full: the engine
-    /// fell behind its peers (UDP backend: the socket's `drops` in `/proc/net/udp`; raw
-    /// backend: the packet socket's `tp_drops`). On a lossless path this stays 0.
+    /// Packets the kernel dropped on the device's receive socket: the socket was full (the
+    /// engine fell behind its peers), or, UDP backend, its filter rejected the datagram as
+    /// not RoCEv2 for this device (UDP backend: the socket's `drops` in `/proc/net/udp`; raw
+    /// backend: the packet socket's `tp_drops`, which counts only the first kind). Without
+    /// junk on the wire and on a lossless path this stays 0.
     pub rcvd_socket_drops: u64,
     /// Raw backend: frames shorter than their headers say, or longer than a receive slot.
     pub rcvd_frame_truncated: u64,
@@ -1303,6 +1341,8 @@ pub struct DeviceCounters {
     /// QP1: packets other than UD SEND Only (dropped).
     pub rcvd_mad_bad_opcode: u64,
     /// QP1: packets whose P_Key does not match the port's (0xffff), as rxe's `check_keys`.
+    /// The receive filter drops such packets for every QP first (`rcvd_junk.pkey`), so this
+    /// stays 0 unless that check is bypassed.
     pub rcvd_mad_bad_pkey: u64,
     /// QP1: packets whose Q_Key is not the GSI's 0x80010000.
     pub rcvd_mad_bad_qkey: u64,
@@ -1362,6 +1402,13 @@ impl DeviceCounters {
         qp.chain([
             ("rcvd_icrc_err", self.rcvd_icrc_err),
             ("rcvd_malformed", self.rcvd_malformed),
+            ("rcvd_junk_short", self.rcvd_junk.short),
+            ("rcvd_junk_tver", self.rcvd_junk.tver),
+            ("rcvd_junk_pkey", self.rcvd_junk.pkey),
+            ("rcvd_junk_opcode", self.rcvd_junk.opcode),
+            ("rcvd_junk_truncated", self.rcvd_junk.truncated),
+            ("rcvd_junk_pad", self.rcvd_junk.pad),
+            ("rcvd_junk_unaligned", self.rcvd_junk.unaligned),
             ("rcvd_unknown_qp", self.rcvd_unknown_qp),
             ("rcvd_bad_source", self.rcvd_bad_source),
             ("icrc_unexpected_id", self.icrc_unexpected_id),

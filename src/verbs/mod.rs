@@ -132,6 +132,7 @@ pub mod device;
 pub mod engine;
 pub mod error;
 mod faults;
+mod flood;
 pub mod gid;
 pub mod mr;
 pub mod mw;
@@ -148,7 +149,8 @@ pub use ah::AddressHandle;
 pub use backend::memory::MemoryNetwork;
 pub use cq::CompletionQueue;
 pub use device::{
-    AsyncEvent, BackendKind, Device, DeviceAttr, DeviceConfig, DeviceCounters, PortAttr, PortState, Sharing,
+    AsyncEvent, BackendKind, Device, DeviceAttr, DeviceConfig, DeviceCounters, JunkCounters, PortAttr,
+    PortState, Sharing,
 };
 pub use error::{Error, Result};
 pub use faults::FaultCounters;

@@ -15,6 +15,8 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
+pub(crate) mod bpf;
+pub(crate) mod filter;
 pub(crate) mod faults;
 pub mod memory;
 pub(crate) mod neigh;
@@ -87,4 +89,14 @@ pub(crate) trait Backend: Send {
     /// Brings the counters the backend keeps outside the engine (the kernel's drops on the
     /// receive socket) up to date; called before counters are read or published.
     fn refresh_counters(&mut self) {}
+    /// Restricts the backend's kernel receive filter to datagrams for the QPs in `qpns`
+    /// (besides its other checks, see [`filter`]); false if it has no such filter.
+    fn admit_qpns(&mut self, _qpns: &filter::QpnSet) -> bool {
+        false
+    }
+    /// How many datagrams one the engine finds to be junk stands for: the sampling rate of
+    /// the backend's kernel filter ([`filter::SAMPLE`]), 1 without one.
+    fn junk_weight(&self) -> u64 {
+        1
+    }
 }
