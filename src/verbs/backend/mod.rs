@@ -16,8 +16,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 pub(crate) mod bpf;
-pub(crate) mod filter;
 pub(crate) mod faults;
+pub(crate) mod filter;
 pub mod memory;
 pub(crate) mod neigh;
 pub mod raw;
