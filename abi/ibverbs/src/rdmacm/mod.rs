@@ -240,21 +240,100 @@ fn init() {
     static INIT: OnceLock<()> = OnceLock::new();
     INIT.get_or_init(|| {
         softroce::verbs::cm::registry::set_device_opener(Some(Arc::new(open_for)));
-        // SAFETY: registers a function with no arguments that stays in the library (which is
-        // never unloaded: it is the process's libibverbs).
-        unsafe { libc::atexit(disconnect_at_exit) };
+        if let Some(h) = ExitHelper::start() {
+            let _ = EXIT_HELPER.set(h);
+            // SAFETY: registers a function with no arguments that stays in the library (which
+            // is never unloaded: it is the process's libibverbs).
+            unsafe { libc::atexit(disconnect_at_exit) };
+        }
     });
+}
+
+/// How long `exit` waits at most for the exit-time disconnects (see [`disconnect_at_exit`]).
+const EXIT_WAIT_MS: c_int = 1000;
+
+/// The thread that disconnects at `exit` on the exiting thread's behalf: `wake` (an eventfd)
+/// starts it, it writes `done` when finished.
+struct ExitHelper {
+    wake: c_int,
+    done: c_int,
+    /// The process that started it (a child of `fork` has no such thread).
+    pid: u32,
+}
+
+static EXIT_HELPER: OnceLock<ExitHelper> = OnceLock::new();
+
+impl ExitHelper {
+    /// Starts the helper thread (`None` if the descriptors or the thread cannot be made: the
+    /// process then exits without disconnecting, as a killed one does).
+    fn start() -> Option<ExitHelper> {
+        // SAFETY: eventfd has no memory preconditions.
+        let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        // SAFETY: as above.
+        let done = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        let close = |fd: c_int| {
+            if fd >= 0 {
+                // SAFETY: a descriptor this function made.
+                unsafe { libc::close(fd) };
+            }
+        };
+        if wake < 0 || done < 0 {
+            close(wake);
+            close(done);
+            return None;
+        }
+        let spawned = std::thread::Builder::new().name("softroce-cm-exit".into()).spawn(move || {
+            let mut v = 0u64;
+            // SAFETY: reads 8 bytes into a local from the eventfd this thread owns.
+            while unsafe { libc::read(wake, (&raw mut v).cast(), 8) } != 8 {}
+            disconnect_all();
+            let one = 1u64;
+            // SAFETY: writes 8 bytes from a local to the eventfd.
+            unsafe { libc::write(done, (&raw const one).cast(), 8) };
+        });
+        if spawned.is_err() {
+            close(wake);
+            close(done);
+            return None;
+        }
+        Some(ExitHelper { wake, done, pid: std::process::id() })
+    }
 }
 
 /// At `exit`: every connection an id still holds is disconnected (a DREQ, or the DREP to the
 /// peer's DREQ), as the kernel does when a process's `rdma_cm` descriptor closes — the peer
-/// learns at once that the process is gone instead of when its QP next times out. Best
-/// effort: an id another thread holds at that moment is left alone. (A killed process sends
-/// nothing: there is no kernel to do it for us.)
+/// learns at once that the process is gone instead of when its QP next times out. (A killed
+/// process sends nothing: there is no kernel to do it for us.)
+///
+/// Exit must never block: `exit` may run on a thread that holds anything the library takes —
+/// a signal handler that calls `exit` can interrupt a thread inside `ibv_poll_cq` holding the
+/// engine's progress lock, inside `malloc`, or inside an `rdma_*` call holding an id's lock. So
+/// this handler takes no lock and allocates nothing: it wakes the helper thread, which does the
+/// work, and waits for it at most [`EXIT_WAIT_MS`] (if what the helper needs is held by the
+/// exiting thread, the process exits without the disconnects, as a killed one does).
 extern "C" fn disconnect_at_exit() {
+    let Some(h) = EXIT_HELPER.get() else { return };
+    // SAFETY: getpid has no preconditions.
+    if unsafe { libc::getpid() } as u32 != h.pid {
+        return;
+    }
+    let one = 1u64;
+    // SAFETY: writes 8 bytes from a local to the helper's eventfd.
+    if unsafe { libc::write(h.wake, (&raw const one).cast(), 8) } != 8 {
+        return;
+    }
+    let mut p = libc::pollfd { fd: h.done, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one pollfd on the stack.
+    unsafe { libc::poll(&mut p, 1, EXIT_WAIT_MS) };
+}
+
+/// The helper thread's work at exit ([`disconnect_at_exit`]): each id that holds a connection
+/// disconnects it, then one round trip through each engine so that the MADs have been handed
+/// to the socket before the process goes. Best effort: an id another thread holds is left alone.
+fn disconnect_all() {
     let _ = std::panic::catch_unwind(|| {
         // Held throughout: rdma_destroy_id cannot free an id under us.
-        let Some(ids) = IDS.try_lock() else { return };
+        let Some(ids) = IDS.try_lock_for(Duration::from_millis(100)) else { return };
         let mut devices: Vec<softroce::verbs::Device> = Vec::new();
         for p in ids.iter().flat_map(|m| m.values()) {
             // SAFETY: registered ids are live until rdma_destroy_id removes them (it needs IDS).
@@ -269,8 +348,6 @@ extern "C" fn disconnect_at_exit() {
                 devices.push(d.clone());
             }
         }
-        // One more round trip through each engine: the MADs the disconnects produced have
-        // been handed to the socket before the process goes.
         for d in devices {
             let _ = d.counters();
         }
