@@ -314,17 +314,19 @@ fn take_event(p: *mut ibv_cq_ex) -> Option<*mut ibv_cq_ex> {
     Some(p)
 }
 
-/// `ibv_ack_cq_events`: acknowledges `nevents` events of `ibv_get_cq_event` for `cq`.
+/// `ibv_ack_cq_events`: acknowledges `nevents` events of `ibv_get_cq_event` for `cq`: adds
+/// them to `cq->comp_events_completed` under `cq->mutex` and signals `cq->cond`, as rdma-core
+/// does for any CQ.
 ///
 /// # Safety
-/// `cq` is NULL or a CQ of ours.
+/// `cq` is NULL or an initialised `struct ibv_cq`.
 pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: libc::c_uint) {
     guard((), || {
-        // SAFETY: per the caller.
-        if unsafe { cq_of(cq) }.is_none() {
+        if cq.is_null() {
             return;
         }
-        // SAFETY: a live CQ of ours with its initialised mutex and cond.
+        // SAFETY: per the caller, a CQ (ours, or one the caller made) with its mutex and cond
+        // initialised; rdma-core counts under them the same way, whoever made the CQ.
         unsafe {
             crate::context::bump_under(
                 &raw mut (*cq).mutex,

@@ -162,17 +162,21 @@ pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
     unsafe { libc::free(list.cast()) };
 }
 
-/// `ibv_get_device_name`: `softroce<n>`, or NULL (`ENODEV`) for a device that is not ours.
+/// `ibv_get_device_name`: `device->name`, as rdma-core reads it — also of a `struct
+/// ibv_device` the caller made (unit tests mock device lists); NULL (`ENODEV`) for NULL, where
+/// rdma-core would crash.
 ///
 /// # Safety
-/// `dev` is NULL or from `ibv_get_device_list` (only compared, never read).
+/// `dev` is NULL or points to a `struct ibv_device`.
 pub unsafe extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
-    guard(std::ptr::null(), || match device_from_ibv(dev) {
-        Some(d) => d.ibv.name.as_ptr(),
-        None => {
+    guard(std::ptr::null(), || {
+        if dev.is_null() {
             set_errno(libc::ENODEV);
-            std::ptr::null()
+            return std::ptr::null();
         }
+        // SAFETY: per the caller, a device struct (ours or the caller's); only the field's
+        // address is taken.
+        unsafe { (&raw const (*dev).name).cast::<c_char>() }
     })
 }
 

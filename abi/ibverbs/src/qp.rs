@@ -701,16 +701,30 @@ pub unsafe extern "C" fn create_qp_ex(_ctx: *mut ibv_context, attr: *mut ibv_qp_
 }
 
 /// `ibv_qp_to_qp_ex`: the QP's extended form if it was created with send ops (the new post
-/// API), else NULL.
+/// API), else NULL. For a QP that is not ours, what rdma-core reads: the `comp_mask` of the
+/// `struct verbs_qp` it is the start of (`VERBS_QP_EX` set: the QP itself).
 ///
 /// # Safety
-/// `qp` is NULL or a QP of ours.
+/// `qp` is NULL, a QP of ours, or the start of a `struct verbs_qp`.
 pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    /// rdma-core's `VERBS_QP_EX` bit of `struct verbs_qp`'s `comp_mask`.
+    const VERBS_QP_EX: u32 = 1 << 1;
     guard(std::ptr::null_mut(), || {
+        if qp.is_null() {
+            return std::ptr::null_mut();
+        }
         // SAFETY: per the caller.
         match unsafe { qp_of(qp) } {
             Some(o) if o.c.wr_start.is_some() => qp.cast(),
-            _ => std::ptr::null_mut(),
+            Some(_) => std::ptr::null_mut(),
+            None => {
+                // SAFETY: per the caller, a struct verbs_qp: its comp_mask follows the union of
+                // ibv_qp and ibv_qp_ex.
+                let mask = unsafe {
+                    qp.cast::<u8>().add(std::mem::size_of::<ibv_qp_ex>()).cast::<u32>().read_unaligned()
+                };
+                if mask & VERBS_QP_EX != 0 { qp.cast() } else { std::ptr::null_mut() }
+            }
         }
     })
 }
