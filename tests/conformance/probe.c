@@ -2780,7 +2780,8 @@ static void sec_addrinfo(void)
 	ai_case("addrinfo.numerichost", local_ip, "7471", &h);
 	ai_case("addrinfo.numerichost.name", "localhost", "7471", &h);
 	memset(&h, 0, sizeof h);
-	ai_case("addrinfo.no_such_host", "no-such-host.invalid", "7471", &h);
+	/* (a name the resolver cannot find: its answer depends on the host's DNS setup, EAI_NONAME
+	 * or EAI_AGAIN, so only the numeric-host refusal above is compared) */
 	ai_case("addrinfo.bad_service", local_ip, "no-such-service-x", &h);
 	h.ai_family = AF_INET6;
 	ai_case("addrinfo.family_mismatch", local_ip, "7471", &h);

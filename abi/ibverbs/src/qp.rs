@@ -243,7 +243,7 @@ mod mask {
     pub const DEST_QPN: i32 = 1 << 20;
 }
 
-fn state_of(s: u32) -> Result<QpState, Errno> {
+pub(crate) fn state_of(s: u32) -> Result<QpState, Errno> {
     Ok(match s {
         0 => QpState::Reset,
         1 => QpState::Init,
@@ -366,6 +366,54 @@ fn attrs_of(a: &ibv_qp_attr, m: c_int) -> Result<QpAttrs, Errno> {
         q.dest_qpn = Some(Qpn::new(a.dest_qp_num & 0xff_ffff));
     }
     Ok(q)
+}
+
+/// The `ibv_qp_attr` and attribute mask of softroce's modify attributes (the inverse of
+/// `attrs_of`): every field the attributes name, the others zero.
+pub(crate) fn ibv_attr_of(q: &QpAttrs) -> (ibv_qp_attr, c_int) {
+    // SAFETY: ibv_qp_attr is plain data: all-zero is valid.
+    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    let mut m = 0;
+    let mut set = |bit: c_int, present: bool| {
+        if present {
+            m |= bit;
+        }
+    };
+    set(mask::STATE, q.state.is_some());
+    set(mask::ACCESS_FLAGS, q.access.is_some());
+    set(mask::PKEY_INDEX, q.pkey_index.is_some());
+    set(mask::PORT, q.port_num.is_some());
+    set(mask::QKEY, q.qkey.is_some());
+    set(mask::AV, q.av.is_some());
+    set(mask::PATH_MTU, q.path_mtu.is_some());
+    set(mask::TIMEOUT, q.timeout.is_some());
+    set(mask::RETRY_CNT, q.retry_cnt.is_some());
+    set(mask::RNR_RETRY, q.rnr_retry.is_some());
+    set(mask::RQ_PSN, q.rq_psn.is_some());
+    set(mask::MAX_QP_RD_ATOMIC, q.max_rd_atomic.is_some());
+    set(mask::MIN_RNR_TIMER, q.min_rnr_timer.is_some());
+    set(mask::SQ_PSN, q.sq_psn.is_some());
+    set(mask::MAX_DEST_RD_ATOMIC, q.max_dest_rd_atomic.is_some());
+    set(mask::DEST_QPN, q.dest_qpn.is_some());
+    a.qp_state = q.state.map_or(0, ibv_state);
+    a.qp_access_flags = q.access.map_or(0, |x| x.bits());
+    a.pkey_index = q.pkey_index.unwrap_or(0);
+    a.port_num = q.port_num.unwrap_or(0);
+    a.qkey = q.qkey.map_or(0, |k| k.value());
+    if let Some(av) = &q.av {
+        a.ah_attr = ah_attr_of(av);
+    }
+    a.path_mtu = q.path_mtu.map_or(0, |x| x as u32);
+    a.timeout = q.timeout.unwrap_or(0);
+    a.retry_cnt = q.retry_cnt.unwrap_or(0);
+    a.rnr_retry = q.rnr_retry.unwrap_or(0);
+    a.rq_psn = q.rq_psn.map_or(0, |p| p.value());
+    a.max_rd_atomic = q.max_rd_atomic.unwrap_or(0);
+    a.min_rnr_timer = q.min_rnr_timer.unwrap_or(0);
+    a.sq_psn = q.sq_psn.map_or(0, |p| p.value());
+    a.max_dest_rd_atomic = q.max_dest_rd_atomic.unwrap_or(0);
+    a.dest_qp_num = q.dest_qpn.map_or(0, |x| x.value());
+    (a, m)
 }
 
 /// `ibv_modify_qp`: 0 or a positive errno (`EINVAL` for a transition or attribute the state

@@ -106,6 +106,43 @@ fn exit_from_a_signal_handler_while_polling_never_blocks() {
     assert!(hung.is_empty(), "{} runs in 20 hung at exit:\n{}", hung.len(), hung.join("\n"));
 }
 
+/// rdma_cm argument handling as the kernel's (issue 25 item 4; tests/c/cmargs.c): resolving
+/// to port 0 (was `EINVAL`), the kernel's errno for a taken port (was `EADDRINUSE` where the
+/// kernel says `EADDRNOTAVAIL`), `rdma_getaddrinfo(NULL, NULL, hints)` as libfabric calls it
+/// (was `EINVAL`), `EAI_*` codes, every port space, listening unbound, `EFAULT`.
+#[test]
+fn rdma_cm_arguments_as_the_kernel() {
+    let Some(out) = run_c("cmargs") else { return };
+    for what in ["resolve-port-0", "bind-conflicts", "getaddrinfo-hints", "port-spaces-listen-options"] {
+        assert!(out.contains(&format!("ok {what}\n")), "{what} missing:\n{out}");
+    }
+}
+
+/// Programs that make and move their own QP (issue 25 item 5; tests/c/cmownqp.c, what UCX and
+/// libfabric do): both sides create an RC QP on `id->verbs`, move it with
+/// `rdma_init_qp_attr` (the passive side to INIT, RTR and RTS after CONNECT_REQUEST, the
+/// active side to INIT before connecting and to RTR and RTS on CONNECT_RESPONSE), pass its
+/// number in `qp_num`, and exchange a SEND each way. Refused before with `EINVAL` at the
+/// passive side's INIT.
+#[test]
+fn own_qps_moved_with_init_qp_attr() {
+    let Some((dir, exe)) = build_c("cmownqp") else { return };
+    let exe = exe.to_str().unwrap();
+    let (sip, cip, port) = (addr(), addr(), port());
+    let server = spawn(&dir, &sip, exe, &["server", &sip, &port]);
+    let t0 = std::time::Instant::now();
+    while !roce_bound(&sip) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the server's device did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let (cok, cout) = finish(spawn(&dir, &cip, exe, &["client", &sip, &port]), Duration::from_secs(20));
+    let (sok, sout) = finish(server, Duration::from_secs(20));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(cok && cout.contains("ok active RTS") && cout.contains("ok done"), "client:\n{cout}");
+    assert!(sok && sout.contains("ok passive RTS") && sout.contains("ok disconnected"), "server:\n{sout}");
+}
+
 #[test]
 fn event_semantics() {
     let Some(out) = run_c("cmevents") else { return };

@@ -1609,6 +1609,29 @@ impl CmEndpoint {
         Ok(())
     }
 
+    /// What the connection gives a QP moving to INIT (`cm_init_qp_init_attr`): whether it gets
+    /// remote read and atomic access besides remote write (the connection has responder
+    /// resources), and the P_Key. Available from the REQ on (sent or received) through
+    /// [`CmState::Established`].
+    pub fn qp_init_attrs(&self, id: CmId) -> Result<(bool, u16), CmError> {
+        let c = self.get(id)?;
+        if !matches!(
+            c.state,
+            CmState::ReqSent
+                | CmState::MraReqRcvd
+                | CmState::ReqRcvd
+                | CmState::MraReqSent
+                | CmState::RepRcvd
+                | CmState::MraRepSent
+                | CmState::RepSent
+                | CmState::MraRepRcvd
+                | CmState::Established
+        ) {
+            return Err(CmError::InvalidState { id, state: c.state });
+        }
+        Ok((c.responder_resources > 0, c.pkey))
+    }
+
     /// The QP attributes the connection implies, for INIT, RTR and RTS
     /// (`cm_init_qp_init_attr`, `cm_init_qp_rtr_attr`, `cm_init_qp_rts_attr`). Available once
     /// both sides' values are known: from [`CmState::ReqRcvd`] on the passive side (its QP

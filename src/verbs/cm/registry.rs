@@ -103,7 +103,7 @@ pub(crate) fn device_towards(dst: IpAddr) -> Result<(Device, IpAddr)> {
         return Ok((d.clone(), dst));
     }
     let Some(s) = src else {
-        return Err(Error::AddrNotAvailable { addr: dst, why: "no route to it".into() });
+        return Err(Error::NoRoute(dst));
     };
     match open(s) {
         Ok(d) => Ok((d, s)),
@@ -176,11 +176,17 @@ static PORTS: Mutex<Option<PortTable>> = Mutex::new(None);
 /// The kernel's default ephemeral range (`ip_local_port_range`).
 const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
 
-fn conflicts(list: &[Bound], ip: IpAddr, reuse: bool) -> bool {
-    list.iter().any(|b| {
+/// The binding of the port that a bind to `ip` conflicts with (the kernel's `cma_check_port`:
+/// a wildcard on either side, or the same address; unless both ids reuse addresses).
+fn conflict(list: &[Bound], ip: IpAddr, reuse: bool) -> Option<&Bound> {
+    list.iter().find(|b| {
         let overlap = b.ip.is_unspecified() || ip.is_unspecified() || b.ip == ip;
         overlap && !(reuse && b.reuse)
     })
+}
+
+fn conflicts(list: &[Bound], ip: IpAddr, reuse: bool) -> bool {
+    conflict(list, ip, reuse).is_some()
 }
 
 /// Binds `addr` in `ps` for id `id` (port 0: a free ephemeral port).
@@ -188,8 +194,14 @@ pub(crate) fn bind_port(ps: PortSpace, addr: SocketAddr, id: u64, reuse: bool) -
     let mut g = PORTS.lock();
     let map = g.get_or_insert_with(HashMap::new);
     let port = if addr.port() != 0 {
-        if map.get(&(ps, addr.port())).is_some_and(|l| conflicts(l, addr.ip(), reuse)) {
-            return Err(Error::AddrInUse(addr));
+        if let Some(b) = map.get(&(ps, addr.port())).and_then(|l| conflict(l, addr.ip(), reuse)) {
+            // As the kernel: a wildcard on either side is EADDRNOTAVAIL, the same address
+            // EADDRINUSE.
+            return Err(if b.ip.is_unspecified() || addr.ip().is_unspecified() {
+                Error::PortTaken(addr)
+            } else {
+                Error::AddrInUse(addr)
+            });
         }
         addr.port()
     } else {

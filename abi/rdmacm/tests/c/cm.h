@@ -14,7 +14,7 @@
 
 static struct rdma_event_channel *ch;
 
-static struct rdma_cm_event *expect(enum rdma_cm_event_type t)
+static inline struct rdma_cm_event *expect(enum rdma_cm_event_type t)
 {
 	struct rdma_cm_event *ev;
 	CHECK(rdma_get_cm_event(ch, &ev) == 0, "get_cm_event");
@@ -22,7 +22,7 @@ static struct rdma_cm_event *expect(enum rdma_cm_event_type t)
 	return ev;
 }
 
-static struct sockaddr_in sa(const char *ip, int port)
+static inline struct sockaddr_in sa(const char *ip, int port)
 {
 	struct sockaddr_in a;
 	memset(&a, 0, sizeof a);
@@ -33,7 +33,7 @@ static struct sockaddr_in sa(const char *ip, int port)
 }
 
 /* A QP of type t for the id (4 work requests and 1 SGE each way, the library's own CQs). */
-static void qp(struct rdma_cm_id *id, enum ibv_qp_type t)
+static inline void qp(struct rdma_cm_id *id, enum ibv_qp_type t)
 {
 	struct ibv_qp_init_attr qa;
 	memset(&qa, 0, sizeof qa);
