@@ -349,7 +349,7 @@ static void sec_query(void)
 	CI("query.gid.port0", ibv_query_gid(ctx, 0, 0, &g));
 	CI("query.gid.port2", ibv_query_gid(ctx, 2, 0, &g));
 	CI("query.gid.negative", ibv_query_gid(ctx, 1, -1, &g));
-	for (i = 0; i <= 4 && i <= gid_len; i++) {
+	for (i = 0; i <= 4; i++) {
 		memset(&ge, 0, sizeof ge);
 		errno = 0;
 		n = ibv_query_gid_ex(ctx, 1, i, &ge, 0);
@@ -414,8 +414,8 @@ static void mr_case(const char *name, void *addr, size_t len, int access)
 		line(name, "NULL %s", en(errno));
 		return;
 	}
-	line(name, "ok addr=%s len=%zu keys=%s%s", mr->addr == addr ? "same" : "other", mr->length,
-	     mr->lkey == mr->rkey ? "equal" : "differ", mr->pd == pd && mr->context == ctx ? "" : " bad-pd/ctx");
+	line(name, "ok addr=%s len=%zu%s", mr->addr == addr ? "same" : "other", mr->length, mr->pd == pd && mr->context == ctx ? "" : " bad-pd/ctx");
+	line(fmt("%s.rkey", name), "%s", mr->rkey == 0 ? "zero" : mr->rkey == mr->lkey ? "lkey" : "other");
 	errno = 0;
 	CI(fmt("%s.dereg", name), ibv_dereg_mr(mr));
 }
@@ -669,15 +669,20 @@ static void show_qp(const char *name, struct ibv_qp *qp)
 		pr_int(name, r, errno, "");
 		return;
 	}
-	line(name, "ok state=%s cur=%s qp.state=%s", qps(a.qp_state), qps(a.cur_qp_state), qps(qp->state));
-	line(fmt("%s.attrs", name), "pkey=%u port=%u access=0x%x qkey=0x%x mtu=%d timeout=%u retry=%u rnr_retry=%u min_rnr=%u rd=%u dest_rd=%u",
-	     a.pkey_index, a.port_num, a.qp_access_flags, a.qkey, a.path_mtu, a.timeout, a.retry_cnt, a.rnr_retry, a.min_rnr_timer,
+	line(name, "ok state=%s qp.state=%s", qps(a.qp_state), qps(qp->state));
+	line(fmt("%s.cur", name), "%s", qps(a.cur_qp_state));
+	line(fmt("%s.attrs", name), "pkey=%u port=%u access=0x%x qkey=0x%x timeout=%u retry=%u rnr_retry=%u min_rnr=%u rd=%u dest_rd=%u",
+	     a.pkey_index, a.port_num, a.qp_access_flags, a.qkey, a.timeout, a.retry_cnt, a.rnr_retry, a.min_rnr_timer,
 	     a.max_rd_atomic, a.max_dest_rd_atomic);
+	/* (a UD QP has no path MTU of its own: not compared) */
+	if (qp->qp_type != IBV_QPT_UD)
+		line(fmt("%s.mtu", name), "%d", a.path_mtu);
 	line(fmt("%s.av", name), "global=%u sgid=%u hop=%u tclass=%u flow=%u sl=%u port=%u dgid=%s", a.ah_attr.is_global,
 	     a.ah_attr.grh.sgid_index, a.ah_attr.grh.hop_limit, a.ah_attr.grh.traffic_class, a.ah_attr.grh.flow_label, a.ah_attr.sl,
 	     a.ah_attr.port_num, !memcmp(&a.ah_attr.grh.dgid, &own_gid, 16) ? "own" : gidstr(&a.ah_attr.grh.dgid));
-	line(fmt("%s.init", name), "type=%d sq_sig_all=%d cap=%u/%u/%u/%u inline=%s", ia.qp_type, ia.sq_sig_all, ia.cap.max_send_wr,
-	     ia.cap.max_recv_wr, ia.cap.max_send_sge, ia.cap.max_recv_sge, ia.cap.max_inline_data ? "set" : "0");
+	line(fmt("%s.init", name), "type=%d sq_sig_all=%d", ia.qp_type, ia.sq_sig_all);
+	line(fmt("%s.caps", name), "%u/%u/%u/%u inline=%s", ia.cap.max_send_wr, ia.cap.max_recv_wr, ia.cap.max_send_sge, ia.cap.max_recv_sge,
+	     ia.cap.max_inline_data ? "set" : "0");
 }
 
 /* Masks of the transitions (IB spec table; what the kernel's ib_modify_qp_is_ok requires). */
@@ -859,6 +864,7 @@ static void qp_walk(const char *t, enum ibv_qp_type type, int m_init, int m_rtr,
 		TRYA("rtr.not_global", IBV_QPS_INIT, IBV_QPS_RTR, m_rtr, ah_attr.is_global, 0);
 		TRYA("rtr.sgid_past_end", IBV_QPS_INIT, IBV_QPS_RTR, m_rtr, ah_attr.grh.sgid_index, gid_len + 5);
 		TRYA("rtr.port2", IBV_QPS_INIT, IBV_QPS_RTR, m_rtr, ah_attr.port_num, 2);
+		TRYA("rtr.port0", IBV_QPS_INIT, IBV_QPS_RTR, m_rtr, ah_attr.port_num, 0);
 		TRYA("rtr.hop0", IBV_QPS_INIT, IBV_QPS_RTR, m_rtr, ah_attr.grh.hop_limit, 0);
 		TRYA("rtr.mtu0", IBV_QPS_INIT, IBV_QPS_RTR, m_rtr, path_mtu, 0);
 		TRYA("rtr.mtu4096", IBV_QPS_INIT, IBV_QPS_RTR, m_rtr, path_mtu, IBV_MTU_4096);
@@ -870,7 +876,7 @@ static void qp_walk(const char *t, enum ibv_qp_type type, int m_init, int m_rtr,
 		TRYA("rtr.dest_qpn_25bit", IBV_QPS_INIT, IBV_QPS_RTR, m_rtr, dest_qp_num, 0x1000000);
 		TRYA("rtr.rq_psn_25bit", IBV_QPS_INIT, IBV_QPS_RTR, m_rtr, rq_psn, 0x1000000);
 		TRYA("rtr.dgid_zero", IBV_QPS_INIT, IBV_QPS_RTR, m_rtr, ah_attr.grh.dgid.global.interface_id, 0);
-		for (i = 0; i < gid_len && i < 4; i++)
+		for (i = 0; i < 4; i++)
 			TRYA(fmt("rtr.sgid%d", i), IBV_QPS_INIT, IBV_QPS_RTR, m_rtr, ah_attr.grh.sgid_index, i);
 	} else {
 		TRY("rtr.extra_av", IBV_QPS_INIT, IBV_QPS_RTR, IBV_QP_STATE | IBV_QP_AV);
@@ -1227,7 +1233,7 @@ static void sec_ah(void)
 	a.grh.dgid = own_gid;
 	a.grh.hop_limit = 64;
 	a.port_num = 1;
-	for (i = 0; i <= gid_len && i < 6; i++) {
+	for (i = 0; i < 6; i++) {
 		a.grh.sgid_index = i;
 		ah_case(fmt("ah.grh.sgid%d", i), &a);
 	}
@@ -1555,6 +1561,104 @@ static void sec_data(void)
 		ibv_destroy_qp(a);
 	if (b)
 		ibv_destroy_qp(b);
+	/* Traffic from and to every GID the port lists (the first four): a UD datagram and an RC
+	 * SEND between two QPs of this device, each addressed by GID index i. */
+	for (int i = 0; i < gid_len && i < 4; i++) {
+		union ibv_gid g;
+		struct ibv_qp_attr at;
+		if (ibv_query_gid(ctx, 1, i, &g) || !memcmp(g.raw, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 16))
+			continue;
+		line(fmt("data.gid%d", i), "%s", !memcmp(&g, &own_gid, 16) ? "own ipv4" : g.raw[0] == 0xfe ? "link-local" : "other");
+		/* UD */
+		a = mkqp(IBV_QPT_UD, 4, 1, 0);
+		b = mkqp(IBV_QPT_UD, 4, 1, 0);
+		if (a && b) {
+			struct ibv_ah_attr aa;
+			struct ibv_ah *ah;
+			modq(fmt("data.gid%d.ud.init", i), a, IBV_QPS_INIT, M_INIT_UD, 0);
+			modq(fmt("data.gid%d.ud.init_b", i), b, IBV_QPS_INIT, M_INIT_UD, 0);
+			fill_attr(&at, IBV_QPS_RTR, 0);
+			ibv_modify_qp(a, &at, IBV_QP_STATE);
+			ibv_modify_qp(b, &at, IBV_QP_STATE);
+			fill_attr(&at, IBV_QPS_RTS, 0);
+			ibv_modify_qp(a, &at, M_RTS_UD);
+			ibv_modify_qp(b, &at, M_RTS_UD);
+			sge.addr = (uintptr_t)buf + 4096;
+			sge.length = 1000;
+			sge.lkey = mr->lkey;
+			memset(&rw, 0, sizeof rw);
+			rw.wr_id = 21;
+			rw.sg_list = &sge;
+			rw.num_sge = 1;
+			ibv_post_recv(b, &rw, &rbad);
+			memset(&aa, 0, sizeof aa);
+			aa.is_global = 1;
+			aa.grh.dgid = g;
+			aa.grh.sgid_index = i;
+			aa.grh.hop_limit = 64;
+			aa.port_num = 1;
+			ah = CP(fmt("data.gid%d.ud.ah", i), ibv_create_ah(pd, &aa));
+			if (ah) {
+				struct ibv_sge s2 = { (uintptr_t)buf, 64, mr->lkey };
+				memset(&sw, 0, sizeof sw);
+				sw.wr_id = 22;
+				sw.sg_list = &s2;
+				sw.num_sge = 1;
+				sw.opcode = IBV_WR_SEND;
+				sw.send_flags = IBV_SEND_SIGNALED;
+				sw.wr.ud.ah = ah;
+				sw.wr.ud.remote_qpn = b->qp_num;
+				sw.wr.ud.remote_qkey = 0x11111111;
+				CI(fmt("data.gid%d.ud.send", i), ibv_post_send(a, &sw, &sbad));
+				poll_show(fmt("data.gid%d.ud.wc", i), cq, 2);
+				ibv_destroy_ah(ah);
+			}
+		}
+		if (a)
+			ibv_destroy_qp(a);
+		if (b)
+			ibv_destroy_qp(b);
+		/* RC */
+		a = mkqp(IBV_QPT_RC, 4, 1, 0);
+		b = mkqp(IBV_QPT_RC, 4, 1, 0);
+		if (a && b) {
+			modq(fmt("data.gid%d.rc.init", i), a, IBV_QPS_INIT, M_INIT_RC, 0);
+			modq(fmt("data.gid%d.rc.init_b", i), b, IBV_QPS_INIT, M_INIT_RC, 0);
+			fill_attr(&at, IBV_QPS_RTR, b->qp_num);
+			at.ah_attr.grh.dgid = g;
+			at.ah_attr.grh.sgid_index = i;
+			CI(fmt("data.gid%d.rc.rtr", i), ibv_modify_qp(a, &at, M_RTR_RC));
+			at.dest_qp_num = a->qp_num;
+			CI(fmt("data.gid%d.rc.rtr_b", i), ibv_modify_qp(b, &at, M_RTR_RC));
+			fill_attr(&at, IBV_QPS_RTS, 0);
+			at.sq_psn = 0x123;
+			ibv_modify_qp(a, &at, M_RTS_RC);
+			ibv_modify_qp(b, &at, M_RTS_RC);
+			sge.addr = (uintptr_t)buf + 4096;
+			sge.length = 1000;
+			sge.lkey = mr->lkey;
+			memset(&rw, 0, sizeof rw);
+			rw.wr_id = 31;
+			rw.sg_list = &sge;
+			rw.num_sge = 1;
+			ibv_post_recv(b, &rw, &rbad);
+			{
+				struct ibv_sge s2 = { (uintptr_t)buf, 64, mr->lkey };
+				memset(&sw, 0, sizeof sw);
+				sw.wr_id = 32;
+				sw.sg_list = &s2;
+				sw.num_sge = 1;
+				sw.opcode = IBV_WR_SEND;
+				sw.send_flags = IBV_SEND_SIGNALED;
+				CI(fmt("data.gid%d.rc.send", i), ibv_post_send(a, &sw, &sbad));
+			}
+			poll_show(fmt("data.gid%d.rc.wc", i), cq, 2);
+		}
+		if (a)
+			ibv_destroy_qp(a);
+		if (b)
+			ibv_destroy_qp(b);
+	}
 	ibv_dereg_mr(mr);
 	ibv_destroy_cq(cq);
 	free(buf);
@@ -2335,8 +2439,14 @@ static void rc_conn(const char *name_, struct rdma_cm_id *lis, int p, int len, i
 		A = NULL;
 		ev_ack(fmt("%s.destroyed.passive", name), pch, 5000);
 	} else {
-		ev_ack(fmt("%s.disconnected.active", name), ach, 5000);
-		ev_ack(fmt("%s.disconnected.passive", name), pch, 5000);
+		/* the side that did not disconnect hears of it first */
+		if (who == 1) {
+			ev_ack(fmt("%s.disconnected.active", name), ach, 5000);
+			ev_ack(fmt("%s.disconnected.passive", name), pch, 1000);
+		} else {
+			ev_ack(fmt("%s.disconnected.passive", name), pch, 5000);
+			ev_ack(fmt("%s.disconnected.active", name), ach, who == 2 ? 5000 : 1000);
+		}
 		if (who == 0)
 			CI(fmt("%s.disconnect.again", name), rdma_disconnect(A));
 	}
@@ -2349,6 +2459,7 @@ static void rc_conn(const char *name_, struct rdma_cm_id *lis, int p, int len, i
 static void rc_reject(const char *name_, struct rdma_cm_id *lis, int p, int len)
 {
 	char name[96];
+	int r;
 	snprintf(name, sizeof name, "%s", name_);
 	struct rdma_cm_id *A = active(RDMA_PS_TCP, p), *P;
 	struct rdma_conn_param c = cparam(0);
@@ -2360,9 +2471,9 @@ static void rc_reject(const char *name_, struct rdma_cm_id *lis, int p, int len)
 	P = request(fmt("%s.request", name), lis, A->qp->qp_num, 0);
 	if (!P)
 		goto out;
-	CI(fmt("%s.reject", name), rdma_reject(P, len ? pattern : NULL, len));
+	r = CI(fmt("%s.reject", name), rdma_reject(P, len ? pattern : NULL, len));
 	{
-		struct rdma_cm_event *e = ev_line(fmt("%s.rejected", name), ach, 5000, len);
+		struct rdma_cm_event *e = ev_line(fmt("%s.rejected", name), ach, r ? 1000 : 5000, len);
 		if (e)
 			rdma_ack_cm_event(e);
 	}
@@ -2494,8 +2605,8 @@ static void own_qp(const char *name_, struct rdma_cm_id *lis, int p)
 		     strcmp(buf, "own qp") ? "bad" : "ok");
 	}
 	CI(fmt("%s.disconnect.passive", name), rdma_disconnect(P));
-	ev_ack(fmt("%s.disconnected.passive", name), pch, 5000);
 	ev_ack(fmt("%s.disconnected.active", name), ach, 5000);
+	ev_ack(fmt("%s.disconnected.passive", name), pch, 1000);
 	line(fmt("%s.after.states", name), "active=%s passive=%s", qps(aqp->state), qps(pqp->state));
 	init_attrs(fmt("%s.init_qp_attr.disconnected", name), A, pqp->qp_num);
 out:

@@ -1594,7 +1594,7 @@ pub unsafe extern "C" fn rdma_set_option(
                 // ADDR_RESOLVED only.
                 const ENTRY: usize = 72;
                 const PRIMARY_GMP_BIDIRECTIONAL: u32 = 0x1 | 0x2 | 0x8 | 0x20;
-                if len % ENTRY != 0 {
+                if !len.is_multiple_of(ENTRY) {
                     return Err(libc::EINVAL);
                 }
                 let found = (0..len / ENTRY).any(|i| {
