@@ -45,12 +45,11 @@ fn build_c(name: &str) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
     Some((dir, exe))
 }
 
-/// A client process that returns from `main` connected, without `rdma_disconnect`
-/// (tests/c/cmexit.c): its peer gets DISCONNECTED at once, as when the kernel closes an
-/// exiting process's `rdma_cm` descriptor, instead of when its QP next times out.
-#[test]
-fn a_process_exiting_connected_disconnects() {
-    let Some((dir, exe)) = build_c("cmexit") else { return };
+/// Builds tests/c/`name`.c and runs it as `server <ip> <port>` in one process and, once the
+/// server's device is up, as `client <ip> <port>` in another (each on an address of its own);
+/// the outcome (exited with 0, output) of the client and of the server.
+fn server_and_client(name: &str) -> Option<((bool, String), (bool, String))> {
+    let (dir, exe) = build_c(name)?;
     let exe = exe.to_str().unwrap();
     let (sip, cip, port) = (addr(), addr(), port());
     let server = spawn(&dir, &sip, exe, &["server", &sip, &port]);
@@ -60,9 +59,18 @@ fn a_process_exiting_connected_disconnects() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(200));
-    let (cok, cout) = finish(spawn(&dir, &cip, exe, &["client", &sip, &port]), Duration::from_secs(20));
-    let (sok, sout) = finish(server, Duration::from_secs(20));
+    let client = finish(spawn(&dir, &cip, exe, &["client", &sip, &port]), Duration::from_secs(20));
+    let server = finish(server, Duration::from_secs(20));
     let _ = std::fs::remove_dir_all(&dir);
+    Some((client, server))
+}
+
+/// A client process that returns from `main` connected, without `rdma_disconnect`
+/// (tests/c/cmexit.c): its peer gets DISCONNECTED at once, as when the kernel closes an
+/// exiting process's `rdma_cm` descriptor, instead of when its QP next times out.
+#[test]
+fn a_process_exiting_connected_disconnects() {
+    let Some(((cok, cout), (sok, sout))) = server_and_client("cmexit") else { return };
     assert!(cok && cout.contains("ok connected"), "client:\n{cout}");
     assert!(sok && sout.contains("ok disconnected-by-exit"), "server:\n{sout}");
 }
@@ -126,19 +134,7 @@ fn rdma_cm_arguments_as_the_kernel() {
 /// passive side's INIT.
 #[test]
 fn own_qps_moved_with_init_qp_attr() {
-    let Some((dir, exe)) = build_c("cmownqp") else { return };
-    let exe = exe.to_str().unwrap();
-    let (sip, cip, port) = (addr(), addr(), port());
-    let server = spawn(&dir, &sip, exe, &["server", &sip, &port]);
-    let t0 = std::time::Instant::now();
-    while !roce_bound(&sip) {
-        assert!(t0.elapsed() < Duration::from_secs(10), "the server's device did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(200));
-    let (cok, cout) = finish(spawn(&dir, &cip, exe, &["client", &sip, &port]), Duration::from_secs(20));
-    let (sok, sout) = finish(server, Duration::from_secs(20));
-    let _ = std::fs::remove_dir_all(&dir);
+    let Some(((cok, cout), (sok, sout))) = server_and_client("cmownqp") else { return };
     assert!(cok && cout.contains("ok active RTS") && cout.contains("ok done"), "client:\n{cout}");
     assert!(sok && sout.contains("ok passive RTS") && sout.contains("ok disconnected"), "server:\n{sout}");
 }

@@ -24,7 +24,6 @@ static void on_term(int sig)
 int main(int argc, char **argv)
 {
 	struct rdma_cm_id *l, *c, *s;
-	struct rdma_cm_event *ev;
 	struct sockaddr_in a;
 	struct ibv_wc wc[8];
 
@@ -32,18 +31,12 @@ int main(int argc, char **argv)
 	a = sa(argv[1], atoi(argv[2]));
 	CHECK((ch = rdma_create_event_channel()) != NULL, "create_event_channel");
 	CHECK(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) == 0, "create listener");
-	CHECK(rdma_bind_addr(l, (struct sockaddr *)&a) == 0, "bind");
-	CHECK(rdma_listen(l, 1) == 0, "listen");
+	listen_at(l, &a);
 	CHECK(rdma_create_id(ch, &c, NULL, RDMA_PS_TCP) == 0, "create client");
-	CHECK(rdma_resolve_addr(c, NULL, (struct sockaddr *)&a, 2000) == 0, "resolve_addr");
-	rdma_ack_cm_event(expect(RDMA_CM_EVENT_ADDR_RESOLVED));
-	CHECK(rdma_resolve_route(c, 2000) == 0, "resolve_route");
-	rdma_ack_cm_event(expect(RDMA_CM_EVENT_ROUTE_RESOLVED));
+	resolve(c, &a);
 	qp(c, IBV_QPT_RC);
 	CHECK(rdma_connect(c, NULL) == 0, "connect");
-	ev = expect(RDMA_CM_EVENT_CONNECT_REQUEST);
-	s = ev->id;
-	rdma_ack_cm_event(ev);
+	s = next_request();
 	qp(s, IBV_QPT_RC);
 	CHECK(rdma_accept(s, NULL) == 0, "accept");
 	/* ESTABLISHED on both ids, in either order */
