@@ -103,6 +103,11 @@ pub fn roce_bound(ip: &str) -> bool {
 
 /// Starts `prog <args>` with our libraries and device `dev`.
 pub fn spawn(dir: &Path, dev: &str, prog: &str, args: &[&str]) -> Child {
+    spawn_env(dir, dev, &[], prog, args)
+}
+
+/// [`spawn`] with more environment variables.
+pub fn spawn_env(dir: &Path, dev: &str, env: &[(&str, &str)], prog: &str, args: &[&str]) -> Child {
     // Unbuffered stdout (stdbuf), so that a run killed at the time limit still shows how far
     // it came.
     Command::new("stdbuf")
@@ -110,6 +115,7 @@ pub fn spawn(dir: &Path, dev: &str, prog: &str, args: &[&str]) -> Child {
         .args(args)
         .env("LD_LIBRARY_PATH", dir)
         .env("SOFTROCE_DEVICES", dev)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -174,9 +180,32 @@ pub fn pair(
     client: impl Fn(&str) -> Vec<String>,
     limit: Duration,
 ) -> (String, String) {
+    pair_on(tag, prog, server, client, limit, false)
+}
+
+/// [`pair`] with the server and the client on ONE address (two processes sharing it, as on a
+/// kernel device: docs/design/shared-device.md).
+pub fn pair_on_one_address(
+    tag: &str,
+    prog: &str,
+    server: impl Fn(&str) -> Vec<String>,
+    client: impl Fn(&str) -> Vec<String>,
+    limit: Duration,
+) -> (String, String) {
+    pair_on(tag, prog, server, client, limit, true)
+}
+
+fn pair_on(
+    tag: &str,
+    prog: &str,
+    server: impl Fn(&str) -> Vec<String>,
+    client: impl Fn(&str) -> Vec<String>,
+    limit: Duration,
+    one_address: bool,
+) -> (String, String) {
     let mut reruns = Vec::new();
     loop {
-        let (ok, sout, cout, sargs, cargs) = pair_once(tag, prog, &server, &client, limit);
+        let (ok, sout, cout, sargs, cargs) = pair_once(tag, prog, &server, &client, limit, one_address);
         if ok {
             if !reruns.is_empty() {
                 eprintln!("{prog}: the pair ran again after {} refused client(s): {reruns:?}", reruns.len());
@@ -220,9 +249,11 @@ fn pair_once(
     server: &impl Fn(&str) -> Vec<String>,
     client: &impl Fn(&str) -> Vec<String>,
     limit: Duration,
+    one_address: bool,
 ) -> (bool, String, String, Vec<String>, Vec<String>) {
     let dir = lib_dir(tag);
-    let (sip, cip) = (addr(), addr());
+    let sip = addr();
+    let cip = if one_address { sip.clone() } else { addr() };
     let sargs = server(&sip);
     let cargs = client(&sip);
     let sa: Vec<&str> = sargs.iter().map(String::as_str).collect();
