@@ -598,8 +598,8 @@ pub unsafe extern "C" fn rselect(
         } else {
             // SAFETY: per the caller.
             let tv = unsafe { &*t };
-            (tv.tv_sec.max(0).saturating_mul(1000).saturating_add(tv.tv_usec.max(0) / 1000)).min(i64::from(c_int::MAX))
-                as c_int
+            (tv.tv_sec.max(0).saturating_mul(1000).saturating_add(tv.tv_usec.max(0) / 1000))
+                .min(i64::from(c_int::MAX)) as c_int
         };
         let n = poll::poll(&mut fds, timeout)?;
         for s in [r, w, e] {
