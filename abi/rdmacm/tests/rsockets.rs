@@ -4,10 +4,15 @@
 //! non-blocking, asynchronous (rpoll) and the default mode, sizes from 1 byte to 1 MiB, data
 //! verified (`-T v`); plain socket programs (tests/c/sockxfer.c, a checksummed transfer, and
 //! Debian's `iperf3`) through rdma-core's `librspreload.so`; a peer that closes or dies
-//! mid-stream; and the API's semantics in one process (tests/c/rsapi.c). About 30 s in all on
+//! mid-stream, or is no rsocket (garbage private data, tests/c/rsbad.c); and the API's
+//! semantics in one process (tests/c/rsapi.c). About 30 s in all on
 //! an idle machine (most of it the killed peer's retry timeout).
 
 mod common;
+
+#[path = "../../ibverbs/tests/common/mod.rs"]
+#[allow(dead_code)]
+mod ibverbs_common;
 
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -125,6 +130,19 @@ fn rsocket_api_semantics() {
     assert!(out.contains("ok nonblocking-connect"), "{out}");
 }
 
+/// Peers that are no rsockets (tests/c/rsbad.c, plain rdma_cm in the same process): requests
+/// with garbage private data are refused and the listener serves on; an rconnect answered with
+/// garbage fails with ENOTSUP.
+#[test]
+fn garbage_private_data() {
+    let Some((dir, exe)) = build_c("rsbad", RDMA_LIBS) else { return };
+    let ip = addr();
+    let (ok, out) = finish(spawn(&dir, &ip, exe.to_str().unwrap(), &[&ip, &port()]), Duration::from_secs(60));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(ok, "{out}");
+    assert!(out.contains("ok garbage-answer-fails"), "{out}");
+}
+
 /// Starts `exe server_args` through librspreload.so on a fresh address, waits until its
 /// device is up (it opens one only when the preload library turned its socket into an
 /// rsocket), then `exe client_args(server ip, client ip)` on another address. Returns both
@@ -184,6 +202,10 @@ fn preload_socket_program_checksummed() {
             "{mode}: checksums differ:\n{sout}\n{cout}"
         );
         assert!(sout.contains(&format!("received {bytes} bytes")), "{sout}");
+        assert!(
+            sout.contains("server transport: rsocket") && cout.contains("client transport: rsocket"),
+            "{mode}: the preload library left an ordinary socket:\n{sout}\n{cout}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -287,4 +309,73 @@ fn peer_killed_mid_stream() {
         "the reader ends with an error or the end of the stream, not a timeout:\n{sout}"
     );
     eprintln!("the reader saw the killed writer after {:?}: {}", t0.elapsed(), sout.trim());
+}
+
+/// Namespace `i`'s program `prog args` through librspreload.so on its veth interface's device;
+/// a client refused because the server has not listened yet (a rsocket listener has no kernel
+/// socket to wait for) runs again, at most 20 times.
+fn netns_run(p: &ibverbs_common::netns::VethPair, i: usize, lib: &str, prog: &str, args: &[&str]) -> Child {
+    let env = [("SOFTROCE_DEVICES", p.dev[i].as_str()), ("LD_LIBRARY_PATH", lib), ("LD_PRELOAD", PRELOAD)];
+    p.spawn(i, &env, prog, args)
+}
+
+/// The plain socket program (64 MiB, checksummed) and iperf3 through librspreload.so between two
+/// network namespaces joined by a veth pair, each process on its interface's device (root:
+/// `cargo test -p softroce-rdmacm --test rsockets -- --ignored`, under
+/// `flock /tmp/softroce-netns.lock`; about 5 s).
+#[test]
+#[ignore = "needs root: network namespaces"]
+fn preload_between_namespaces() {
+    ibverbs_common::netns::require_root();
+    if !have("preload_between_namespaces", &[PRELOAD, "/usr/bin/iperf3"]) {
+        return;
+    }
+    let Some((dir, exe)) = build_c("sockxfer", &[]) else { return };
+    let (lib, exe) = (dir.to_str().unwrap(), exe.to_str().unwrap());
+    let p = ibverbs_common::netns::VethPair::new(0);
+    let sip = p.v4[0].clone();
+    let bytes = (64u64 << 20).to_string();
+    let port = port();
+    let server = netns_run(&p, 0, lib, exe, &["server", &sip, &port, &bytes, "poll"]);
+    let mut tries = 0;
+    let (cok, cout) = loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let r = finish(netns_run(&p, 1, lib, exe, &["client", &sip, &port, &bytes]), LIMIT);
+        tries += 1;
+        if r.0 || !r.1.contains("connect: Connection refused") || tries == 20 {
+            break r;
+        }
+    };
+    let (sok, sout) = finish(server, Duration::from_secs(10));
+    assert!(cok && sok, "--- server:\n{sout}\n--- client:\n{cout}");
+    assert!(
+        sout.contains("server transport: rsocket") && cout.contains("client transport: rsocket"),
+        "{sout}{cout}"
+    );
+    let sum = |out: &str| out.split("checksum ").nth(1).map(|t| t[..16].to_string());
+    assert!(sum(&sout).is_some() && sum(&sout) == sum(&cout), "checksums differ:\n{sout}\n{cout}");
+
+    let port = common::port();
+    let server = netns_run(&p, 0, lib, "/usr/bin/iperf3", &["-s", "-1", "-B", &sip, "-p", &port]);
+    let mut tries = 0;
+    let (cok, cout) = loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let r =
+            finish(netns_run(&p, 1, lib, "/usr/bin/iperf3", &["-c", &sip, "-p", &port, "-t", "1"]), LIMIT);
+        tries += 1;
+        if r.0 || !r.1.contains("Connection refused") || tries == 20 {
+            break r;
+        }
+    };
+    let (sok, sout) = finish(server, Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(cok && sok, "--- server:\n{sout}\n--- client:\n{cout}");
+    assert!(cout.contains("receiver") && cout.contains("iperf Done."), "{cout}");
+    eprintln!(
+        "{}",
+        cout.lines()
+            .filter(|l| l.contains("sender") || l.contains("receiver"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }

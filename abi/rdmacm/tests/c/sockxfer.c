@@ -5,6 +5,10 @@
  * rsockets (tests/rsockets.rs). The server waits with poll() (or select(), "select" mode),
  * the client ends with shutdown(SHUT_WR) and waits for the server's 8-byte count.
  *
+ * Each side prints "transport: rsocket" when its connected socket answers getsockopt at
+ * rsockets' own level (SOL_RDMA, RDMA_SQSIZE: what librspreload passes on to rgetsockopt),
+ * "transport: kernel" when it is an ordinary socket (ENOPROTOOPT): whether the preload took over.
+ *
  * With STOP, that side closes its socket and exits (status 0) once STOP bytes have passed,
  * mid-stream: the other side must see the end (recv 0) or an error, never wait forever; it
  * prints "server: end of stream after N bytes" or "client: send failed after N bytes: ...".
@@ -62,6 +66,19 @@ static struct sockaddr_in addr_of(const char *ip, int port)
 	return a;
 }
 
+/* rsockets' option level and its send queue size (rdma/rsocket.h), written out: this program
+ * includes no RDMA header. */
+#define SOL_RDMA_LEVEL 0x10000
+#define RDMA_SQSIZE_OPT 0
+
+static void print_transport(const char *side, int fd)
+{
+	int v = 0;
+	socklen_t len = sizeof v;
+	int r = getsockopt(fd, SOL_RDMA_LEVEL, RDMA_SQSIZE_OPT, &v, &len);
+	printf("%s transport: %s\n", side, r == 0 ? "rsocket" : "kernel");
+}
+
 static void wait_readable(int fd, int use_select)
 {
 	if (use_select) {
@@ -113,6 +130,7 @@ int main(int argc, char **argv)
 		int c = accept(s, NULL, NULL);
 		if (c < 0)
 			die("accept");
+		print_transport("server", c);
 		for (;;) {
 			wait_readable(c, use_select);
 			ssize_t r = recv(c, buf, sizeof buf, 0);
@@ -147,6 +165,7 @@ int main(int argc, char **argv)
 	uint64_t stop = argc > 6 ? strtoull(argv[6], NULL, 0) : UINT64_MAX;
 	if (connect(s, (struct sockaddr *)&a, sizeof a))
 		die("connect");
+	print_transport("client", s);
 	size_t chunk = 1;
 	while (n < total) {
 		size_t k = chunk;
