@@ -130,6 +130,36 @@ fn rsocket_api_semantics() {
     assert!(out.contains("ok nonblocking-connect"), "{out}");
 }
 
+/// A writer killed while the reader has nothing to send (it read all, granted all): only the
+/// reader's keep-alive (`SO_KEEPALIVE`, `TCP_KEEPIDLE` 1 s, through librspreload.so) finds out;
+/// its recv then fails within the keep-alive time plus the retry limit (about 19 s). Without
+/// keep-alive such a reader waits, as TCP's for a peer host that vanished.
+#[test]
+fn idle_reader_keepalive_finds_killed_peer() {
+    if !have("idle_reader_keepalive_finds_killed_peer", &[PRELOAD]) {
+        return;
+    }
+    let Some((dir, exe)) = build_c("sockxfer", &[]) else { return };
+    let exe = exe.to_str().unwrap();
+    let (total, stop, none) = ((1u64 << 30).to_string(), (1u64 << 20).to_string(), u64::MAX.to_string());
+    let port = port();
+    let (mut client, server, _) = preload_pair(
+        &dir,
+        exe,
+        |s| args(&["server", s, &port, &total, "poll", &none, "1"]),
+        |s, c| args(&["client", s, &port, &total, c, &stop, "pause"]),
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(client.try_wait().unwrap().is_none(), "the writer ended early");
+    client.kill().unwrap();
+    let _ = client.wait();
+    let t0 = Instant::now();
+    let (_, sout) = finish(server, LIMIT);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(sout.contains("server: recv failed after"), "the idle reader ends with an error:\n{sout}");
+    eprintln!("the idle reader saw the killed writer after {:?}: {}", t0.elapsed(), sout.trim());
+}
+
 /// Peers that are no rsockets (tests/c/rsbad.c, plain rdma_cm in the same process): requests
 /// with garbage private data are refused and the listener serves on; an rconnect answered with
 /// garbage fails with ENOTSUP.

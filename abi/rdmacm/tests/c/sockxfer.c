@@ -13,13 +13,18 @@
  * mid-stream: the other side must see the end (recv 0) or an error, never wait forever; it
  * prints "server: end of stream after N bytes" or "client: send failed after N bytes: ...".
  *
- *   sockxfer server IP PORT BYTES [poll|select [STOP]]
- *   sockxfer client IP PORT BYTES [BIND-IP [STOP]]
+ * With KEEPIDLE the server turns keep-alive on (SO_KEEPALIVE, TCP_KEEPIDLE seconds) on the
+ * accepted socket; with "pause" the client stops sending at STOP and sleeps instead of closing
+ * (to be killed: a peer that vanishes while the reader has nothing to send).
+ *
+ *   sockxfer server IP PORT BYTES [poll|select [STOP [KEEPIDLE]]]
+ *   sockxfer client IP PORT BYTES [BIND-IP [STOP [pause]]]
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -131,6 +136,12 @@ int main(int argc, char **argv)
 		if (c < 0)
 			die("accept");
 		print_transport("server", c);
+		if (argc > 7) {
+			int one = 1, idle = atoi(argv[7]);
+			if (setsockopt(c, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) ||
+			    setsockopt(c, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle))
+				die("keep-alive");
+		}
 		for (;;) {
 			wait_readable(c, use_select);
 			ssize_t r = recv(c, buf, sizeof buf, 0);
@@ -183,6 +194,11 @@ int main(int argc, char **argv)
 			off += w;
 		}
 		n += k;
+		if (n >= stop && argc > 7 && !strcmp(argv[7], "pause")) {
+			printf("client: pausing after %" PRIu64 " bytes\n", n);
+			for (;;)
+				pause();
+		}
 		if (n >= stop) {
 			printf("client: closing after %" PRIu64 " bytes\n", n);
 			close(s);
