@@ -10,8 +10,8 @@
 
 mod common;
 
+// The ibverbs tests' helpers, for their network namespaces (netns::VethPair).
 #[path = "../../ibverbs/tests/common/mod.rs"]
-#[allow(dead_code)]
 mod ibverbs_common;
 
 use std::process::Child;
