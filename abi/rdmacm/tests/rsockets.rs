@@ -143,13 +143,14 @@ fn idle_reader_keepalive_finds_killed_peer() {
     let exe = exe.to_str().unwrap();
     let (total, stop, none) = ((1u64 << 30).to_string(), (1u64 << 20).to_string(), u64::MAX.to_string());
     let port = port();
-    let (mut client, server, _) = preload_pair(
+    let (client, server) = preload_pair(
         &dir,
         exe,
         |s| args(&["server", s, &port, &total, "poll", &none, "1"]),
         |s, c| args(&["client", s, &port, &total, c, &stop, "pause"]),
     );
     std::thread::sleep(Duration::from_millis(1000));
+    let mut client = client.running();
     assert!(client.try_wait().unwrap().is_none(), "the writer ended early");
     client.kill().unwrap();
     let _ = client.wait();
@@ -173,16 +174,42 @@ fn garbage_private_data() {
     assert!(out.contains("ok garbage-answer-fails"), "{out}");
 }
 
+/// A client process: still running, or already done (exited, its output).
+enum Client {
+    Running(Child),
+    Done((bool, String)),
+}
+
+impl Client {
+    /// Its outcome, waiting at most `limit`.
+    fn finish(self, limit: Duration) -> (bool, String) {
+        match self {
+            Client::Running(c) => finish(c, limit),
+            Client::Done(r) => r,
+        }
+    }
+
+    /// The running process (to kill it); fails the test if it already ended.
+    fn running(self) -> Child {
+        match self {
+            Client::Running(c) => c,
+            Client::Done((_, out)) => panic!("the client ended early:\n{out}"),
+        }
+    }
+}
+
 /// Starts `exe server_args` through librspreload.so on a fresh address, waits until its
 /// device is up (it opens one only when the preload library turned its socket into an
-/// rsocket), then `exe client_args(server ip, client ip)` on another address. Returns both
-/// children (client first).
+/// rsocket), then `exe client_args(server ip, client ip)` on another address. A client refused
+/// within its first 300 ms (the server's device was up but it had not listened yet: an rsocket
+/// listener has no kernel socket to wait for) runs again, at most 10 times — the client alone:
+/// the server has accepted nothing. Returns (client, server).
 fn preload_pair(
     dir: &std::path::Path,
     exe: &str,
     server_args: impl Fn(&str) -> Vec<String>,
     client_args: impl Fn(&str, &str) -> Vec<String>,
-) -> (Child, Child, String) {
+) -> (Client, Child) {
     let (sip, cip) = (addr(), addr());
     let env = [("LD_PRELOAD", PRELOAD)];
     let sa = server_args(&sip);
@@ -196,11 +223,32 @@ fn preload_pair(
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    std::thread::sleep(Duration::from_millis(200));
     let ca = client_args(&sip, &cip);
     let ca: Vec<&str> = ca.iter().map(String::as_str).collect();
-    let client = spawn_env(dir, &cip, &env, exe, &ca);
-    (client, server, sip)
+    let client = start_heard(|| spawn_env(dir, &cip, &env, exe, &ca));
+    (client, server)
+}
+
+/// Starts the client `start` gives; one refused within its first 300 ms starts again, at most
+/// 10 times, 200 ms apart.
+fn start_heard(start: impl Fn() -> Child) -> Client {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        std::thread::sleep(Duration::from_millis(200));
+        let mut client = start();
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(300) && client.try_wait().unwrap().is_none() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if client.try_wait().unwrap().is_none() {
+            return Client::Running(client);
+        }
+        let (ok, out) = finish(client, LIMIT);
+        if ok || !out.contains("Connection refused") || tries == 10 {
+            return Client::Done((ok, out));
+        }
+    }
 }
 
 /// A plain socket program (tests/c/sockxfer.c: socket, bind, listen, accept, connect, send,
@@ -217,13 +265,13 @@ fn preload_socket_program_checksummed() {
     let bytes = (64u64 << 20).to_string();
     for mode in ["poll", "select"] {
         let port = port();
-        let (client, server, _) = preload_pair(
+        let (client, server) = preload_pair(
             &dir,
             exe,
             |s| args(&["server", s, &port, &bytes, mode]),
             |s, c| args(&["client", s, &port, &bytes, c]),
         );
-        let (cok, cout) = finish(client, LIMIT);
+        let (cok, cout) = client.finish(LIMIT);
         let (sok, sout) = finish(server, Duration::from_secs(10));
         assert!(cok && sok, "{mode}:\n--- server:\n{sout}\n--- client:\n{cout}");
         let sum = |out: &str| out.split("checksum ").nth(1).map(|t| t[..16].to_string());
@@ -249,13 +297,13 @@ fn preload_iperf3() {
     }
     let dir = lib_dir("iperf3");
     let port = port();
-    let (client, server, _) = preload_pair(
+    let (client, server) = preload_pair(
         &dir,
         "/usr/bin/iperf3",
         |s| args(&["-s", "-1", "-B", s, "-p", &port]),
         |s, c| args(&["-c", s, "-B", c, "-p", &port, "-t", "1"]),
     );
-    let (cok, cout) = finish(client, LIMIT);
+    let (cok, cout) = client.finish(LIMIT);
     let (sok, sout) = finish(server, Duration::from_secs(10));
     let _ = std::fs::remove_dir_all(&dir);
     assert!(cok && sok, "--- server:\n{sout}\n--- client:\n{cout}");
@@ -276,28 +324,28 @@ fn peer_closes_mid_stream() {
     let limit = Duration::from_secs(20);
     // The client stops.
     let port = port();
-    let (client, server, _) = preload_pair(
+    let (client, server) = preload_pair(
         &dir,
         exe,
         |s| args(&["server", s, &port, &total, "poll", &none]),
         |s, c| args(&["client", s, &port, &total, c, &stop]),
     );
     let t0 = Instant::now();
-    let (cok, cout) = finish(client, limit);
+    let (cok, cout) = client.finish(limit);
     let (_, sout) = finish(server, limit);
     assert!(cok && cout.contains("client: closing after"), "{cout}");
     assert!(sout.contains("server: end of stream after"), "the reader sees the end:\n{sout}\n{cout}");
     assert!(t0.elapsed() < Duration::from_secs(15), "took {:?}", t0.elapsed());
     // The server stops.
     let port = common::port();
-    let (client, server, _) = preload_pair(
+    let (client, server) = preload_pair(
         &dir,
         exe,
         |s| args(&["server", s, &port, &total, "poll", &stop]),
         |s, c| args(&["client", s, &port, &total, c, &none]),
     );
     let t0 = Instant::now();
-    let (_, cout) = finish(client, limit);
+    let (_, cout) = client.finish(limit);
     let (sok, sout) = finish(server, limit);
     assert!(sok && sout.contains("server: closing after"), "{sout}");
     assert!(
@@ -320,7 +368,7 @@ fn peer_killed_mid_stream() {
     let exe = exe.to_str().unwrap();
     let total = (1u64 << 40).to_string();
     let port = port();
-    let (mut client, server, _) = preload_pair(
+    let (client, server) = preload_pair(
         &dir,
         exe,
         // select: the reader waits in rselect, then in rrecv.
@@ -328,6 +376,7 @@ fn peer_killed_mid_stream() {
         |s, c| args(&["client", s, &port, &total, c]),
     );
     std::thread::sleep(Duration::from_millis(700));
+    let mut client = client.running();
     assert!(client.try_wait().unwrap().is_none(), "the writer ended early");
     client.kill().unwrap();
     let _ = client.wait();
@@ -341,9 +390,7 @@ fn peer_killed_mid_stream() {
     eprintln!("the reader saw the killed writer after {:?}: {}", t0.elapsed(), sout.trim());
 }
 
-/// Namespace `i`'s program `prog args` through librspreload.so on its veth interface's device;
-/// a client refused because the server has not listened yet (a rsocket listener has no kernel
-/// socket to wait for) runs again, at most 20 times.
+/// Namespace `i`'s program `prog args` through librspreload.so on its veth interface's device.
 fn netns_run(p: &ibverbs_common::netns::VethPair, i: usize, lib: &str, prog: &str, args: &[&str]) -> Child {
     let env = [("SOFTROCE_DEVICES", p.dev[i].as_str()), ("LD_LIBRARY_PATH", lib), ("LD_PRELOAD", PRELOAD)];
     p.spawn(i, &env, prog, args)
@@ -367,15 +414,8 @@ fn preload_between_namespaces() {
     let bytes = (64u64 << 20).to_string();
     let port = port();
     let server = netns_run(&p, 0, lib, exe, &["server", &sip, &port, &bytes, "poll"]);
-    let mut tries = 0;
-    let (cok, cout) = loop {
-        std::thread::sleep(Duration::from_millis(300));
-        let r = finish(netns_run(&p, 1, lib, exe, &["client", &sip, &port, &bytes]), LIMIT);
-        tries += 1;
-        if r.0 || !r.1.contains("connect: Connection refused") || tries == 20 {
-            break r;
-        }
-    };
+    let (cok, cout) =
+        start_heard(|| netns_run(&p, 1, lib, exe, &["client", &sip, &port, &bytes])).finish(LIMIT);
     let (sok, sout) = finish(server, Duration::from_secs(10));
     assert!(cok && sok, "--- server:\n{sout}\n--- client:\n{cout}");
     assert!(
@@ -387,16 +427,9 @@ fn preload_between_namespaces() {
 
     let port = common::port();
     let server = netns_run(&p, 0, lib, "/usr/bin/iperf3", &["-s", "-1", "-B", &sip, "-p", &port]);
-    let mut tries = 0;
-    let (cok, cout) = loop {
-        std::thread::sleep(Duration::from_millis(300));
-        let r =
-            finish(netns_run(&p, 1, lib, "/usr/bin/iperf3", &["-c", &sip, "-p", &port, "-t", "1"]), LIMIT);
-        tries += 1;
-        if r.0 || !r.1.contains("Connection refused") || tries == 20 {
-            break r;
-        }
-    };
+    let (cok, cout) =
+        start_heard(|| netns_run(&p, 1, lib, "/usr/bin/iperf3", &["-c", &sip, "-p", &port, "-t", "1"]))
+            .finish(LIMIT);
     let (sok, sout) = finish(server, Duration::from_secs(10));
     let _ = std::fs::remove_dir_all(&dir);
     assert!(cok && sok, "--- server:\n{sout}\n--- client:\n{cout}");
