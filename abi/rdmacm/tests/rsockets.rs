@@ -139,26 +139,10 @@ fn idle_reader_keepalive_finds_killed_peer() {
     if !have("idle_reader_keepalive_finds_killed_peer", &[PRELOAD]) {
         return;
     }
-    let Some((dir, exe)) = build_c("sockxfer", &[]) else { return };
-    let exe = exe.to_str().unwrap();
-    let (total, stop, none) = ((1u64 << 30).to_string(), (1u64 << 20).to_string(), u64::MAX.to_string());
-    let port = port();
-    let (client, server) = preload_pair(
-        &dir,
-        exe,
-        |s| args(&["server", s, &port, &total, "poll", &none, "1"]),
-        |s, c| args(&["client", s, &port, &total, c, &stop, "pause"]),
-    );
-    std::thread::sleep(Duration::from_millis(1000));
-    let mut client = client.running();
-    assert!(client.try_wait().unwrap().is_none(), "the writer ended early");
-    client.kill().unwrap();
-    let _ = client.wait();
-    let t0 = Instant::now();
-    let (_, sout) = finish(server, LIMIT);
-    let _ = std::fs::remove_dir_all(&dir);
+    let (stop, none) = ((1u64 << 20).to_string(), u64::MAX.to_string());
+    let (t, sout) = kill_writer(&["poll", &none, "1"], &[&stop, "pause"], Duration::from_millis(1000));
     assert!(sout.contains("server: recv failed after"), "the idle reader ends with an error:\n{sout}");
-    eprintln!("the idle reader saw the killed writer after {:?}: {}", t0.elapsed(), sout.trim());
+    eprintln!("the idle reader saw the killed writer after {t:?}: {}", sout.trim());
 }
 
 /// Peers that are no rsockets (tests/c/rsbad.c, plain rdma_cm in the same process): requests
@@ -322,38 +306,63 @@ fn peer_closes_mid_stream() {
     let exe = exe.to_str().unwrap();
     let (total, stop, none) = ((1u64 << 30).to_string(), (16u64 << 20).to_string(), u64::MAX.to_string());
     let limit = Duration::from_secs(20);
-    // The client stops.
+    // (server's STOP, client's STOP, what the one that stops says, what the other says)
+    let cases = [
+        (&none, &stop, "client: closing after", "server: end of stream after"),
+        (&stop, &none, "server: closing after", "client: send failed after"),
+    ];
+    for (server_stop, client_stop, stopper, other) in cases {
+        let port = port();
+        let (client, server) = preload_pair(
+            &dir,
+            exe,
+            |s| args(&["server", s, &port, &total, "poll", server_stop]),
+            |s, c| args(&["client", s, &port, &total, c, client_stop]),
+        );
+        let t0 = Instant::now();
+        let (_, cout) = client.finish(limit);
+        let (_, sout) = finish(server, limit);
+        let both = format!("--- server:\n{sout}\n--- client:\n{cout}");
+        assert!(both.contains(stopper) && both.contains(other), "{both}");
+        if other.starts_with("client") {
+            assert!(cout.contains("Connection reset by peer"), "{both}");
+        }
+        assert!(t0.elapsed() < Duration::from_secs(15), "took {:?}", t0.elapsed());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Kills the writer of a transfer through librspreload.so (sockxfer with the given extra
+/// server and client arguments) once it has run for `after`; the reader's output once it
+/// ended, and how long that took after the kill.
+fn kill_writer(server_extra: &[&str], client_extra: &[&str], after: Duration) -> (Duration, String) {
+    let Some((dir, exe)) = build_c("sockxfer", &[]) else { panic!("gcc or the headers are missing") };
+    let exe = exe.to_str().unwrap();
+    let total = (1u64 << 40).to_string();
     let port = port();
     let (client, server) = preload_pair(
         &dir,
         exe,
-        |s| args(&["server", s, &port, &total, "poll", &none]),
-        |s, c| args(&["client", s, &port, &total, c, &stop]),
+        |s| {
+            let mut a = args(&["server", s, &port, &total]);
+            a.extend(args(server_extra));
+            a
+        },
+        |s, c| {
+            let mut a = args(&["client", s, &port, &total, c]);
+            a.extend(args(client_extra));
+            a
+        },
     );
+    std::thread::sleep(after);
+    let mut client = client.running();
+    assert!(client.try_wait().unwrap().is_none(), "the writer ended early");
+    client.kill().unwrap();
+    let _ = client.wait();
     let t0 = Instant::now();
-    let (cok, cout) = client.finish(limit);
-    let (_, sout) = finish(server, limit);
-    assert!(cok && cout.contains("client: closing after"), "{cout}");
-    assert!(sout.contains("server: end of stream after"), "the reader sees the end:\n{sout}\n{cout}");
-    assert!(t0.elapsed() < Duration::from_secs(15), "took {:?}", t0.elapsed());
-    // The server stops.
-    let port = common::port();
-    let (client, server) = preload_pair(
-        &dir,
-        exe,
-        |s| args(&["server", s, &port, &total, "poll", &stop]),
-        |s, c| args(&["client", s, &port, &total, c, &none]),
-    );
-    let t0 = Instant::now();
-    let (_, cout) = client.finish(limit);
-    let (sok, sout) = finish(server, limit);
-    assert!(sok && sout.contains("server: closing after"), "{sout}");
-    assert!(
-        cout.contains("client: send failed after") && cout.contains("Connection reset by peer"),
-        "the writer's send fails:\n{cout}\n{sout}"
-    );
-    assert!(t0.elapsed() < Duration::from_secs(15), "took {:?}", t0.elapsed());
+    let (_, sout) = finish(server, LIMIT);
     let _ = std::fs::remove_dir_all(&dir);
+    (t0.elapsed(), sout)
 }
 
 /// A writer killed mid-stream (SIGKILL: no close, no disconnect; its engine is gone): the
@@ -364,30 +373,13 @@ fn peer_killed_mid_stream() {
     if !have("peer_killed_mid_stream", &[PRELOAD]) {
         return;
     }
-    let Some((dir, exe)) = build_c("sockxfer", &[]) else { return };
-    let exe = exe.to_str().unwrap();
-    let total = (1u64 << 40).to_string();
-    let port = port();
-    let (client, server) = preload_pair(
-        &dir,
-        exe,
-        // select: the reader waits in rselect, then in rrecv.
-        |s| args(&["server", s, &port, &total, "select"]),
-        |s, c| args(&["client", s, &port, &total, c]),
-    );
-    std::thread::sleep(Duration::from_millis(700));
-    let mut client = client.running();
-    assert!(client.try_wait().unwrap().is_none(), "the writer ended early");
-    client.kill().unwrap();
-    let _ = client.wait();
-    let t0 = Instant::now();
-    let (_, sout) = finish(server, LIMIT);
-    let _ = std::fs::remove_dir_all(&dir);
+    // select: the reader waits in rselect, then in rrecv.
+    let (t, sout) = kill_writer(&["select"], &[], Duration::from_millis(700));
     assert!(
         sout.contains("server: recv failed after") || sout.contains("server: end of stream after"),
         "the reader ends with an error or the end of the stream, not a timeout:\n{sout}"
     );
-    eprintln!("the reader saw the killed writer after {:?}: {}", t0.elapsed(), sout.trim());
+    eprintln!("the reader saw the killed writer after {t:?}: {}", sout.trim());
 }
 
 /// Namespace `i`'s program `prog args` through librspreload.so on its veth interface's device.

@@ -204,55 +204,46 @@ pub fn send(fd: c_int, data: &[u8], flags: c_int) -> Result<usize, Errno> {
     if matches!(&*sock.inner.lock(), Kind::Dgram(_)) {
         return dgram_send(fd, data, flags, None);
     }
-    let mut olen = OLAP_START_SIZE;
-    let mut done = 0;
-    drive(&sock, false, |s| {
-        if let Some(step) = connected(s) {
-            return match step {
-                Step::Wait if nonblock => Step::Done(Err(libc::EAGAIN)),
-                x => x,
-            };
-        }
-        if data.is_empty() {
-            return Step::Done(Ok(0));
-        }
-        done += s.send_step(&data[done..], &mut olen);
-        if done == data.len() {
-            return Step::Done(Ok(done));
-        }
-        let st = s.stream().expect("a connected socket has a stream");
-        if st.state & stream::WRITABLE == 0 {
-            return Step::Done(if done > 0 { Ok(done) } else { Err(libc::ECONNRESET) });
-        }
-        if st.can_send() {
-            return Step::Again;
-        }
-        if nonblock {
-            return Step::Done(if done > 0 { Ok(done) } else { Err(libc::EAGAIN) });
-        }
-        Step::Wait
-    })
+    write_all(&sock, data.len(), nonblock, false, |s, done, olen| s.send_step(&data[done..], olen))
 }
 
 /// `riowrite`.
 pub fn iowrite(fd: c_int, data: &[u8], offset: u64, flags: c_int) -> Result<usize, Errno> {
     let sock = get(fd)?;
     let nonblock = nonblocking(&sock, flags);
+    // A short step while the socket can still send means no mapping covers the rest
+    // (rdma-core returns what it wrote, maybe 0).
+    write_all(&sock, data.len(), nonblock, true, |s, done, olen| {
+        s.write_step(&data[done..], offset + done as u64, olen)
+    })
+}
+
+/// The loop of `rsend` and `riowrite` over `len` bytes: `step(socket, bytes done, olen)` writes
+/// what it can of the rest and says how much. It waits for credits (or, non-blocking, returns
+/// what was done, EAGAIN if nothing); a socket that can no longer write returns what was done,
+/// ECONNRESET if nothing. `short_ends`: a short step while the socket could still send ends
+/// the call.
+fn write_all(
+    sock: &Socket,
+    len: usize,
+    nonblock: bool,
+    short_ends: bool,
+    mut step: impl FnMut(&mut StreamSock, usize, &mut u32) -> usize,
+) -> Result<usize, Errno> {
     let mut olen = OLAP_START_SIZE;
     let mut done = 0;
-    drive(&sock, false, |s| {
+    drive(sock, false, |s| {
         if let Some(step) = connected(s) {
             return match step {
                 Step::Wait if nonblock => Step::Done(Err(libc::EAGAIN)),
                 x => x,
             };
         }
-        if data.is_empty() {
+        if len == 0 {
             return Step::Done(Ok(0));
         }
-        let n = s.write_step(&data[done..], offset + done as u64, &mut olen);
-        done += n;
-        if done == data.len() {
+        done += step(s, done, &mut olen);
+        if done == len {
             return Step::Done(Ok(done));
         }
         let st = s.stream().expect("a connected socket has a stream");
@@ -260,9 +251,7 @@ pub fn iowrite(fd: c_int, data: &[u8], offset: u64, flags: c_int) -> Result<usiz
             return Step::Done(if done > 0 { Ok(done) } else { Err(libc::ECONNRESET) });
         }
         if st.can_send() {
-            // No mapping covers the offset (rdma-core returns what it wrote, maybe 0).
-            let _ = n;
-            return Step::Done(Ok(done));
+            return if short_ends { Step::Done(Ok(done)) } else { Step::Again };
         }
         if nonblock {
             return Step::Done(if done > 0 { Ok(done) } else { Err(libc::EAGAIN) });
