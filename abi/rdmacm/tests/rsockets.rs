@@ -132,8 +132,9 @@ fn rsocket_api_semantics() {
 
 /// A writer killed while the reader has nothing to send (it read all, granted all): only the
 /// reader's keep-alive (`SO_KEEPALIVE`, `TCP_KEEPIDLE` 1 s, through librspreload.so) finds out;
-/// its recv then fails within the keep-alive time plus the retry limit (about 19 s). Without
-/// keep-alive such a reader waits, as TCP's for a peer host that vanished.
+/// its recv then fails within the keep-alive time plus the retry limit (about 17-19 s). Without
+/// keep-alive such a reader waits (checked by hand: sockxfer's 30 s poll timeout), as TCP's for
+/// a peer host that vanished.
 #[test]
 fn idle_reader_keepalive_finds_killed_peer() {
     if !have("idle_reader_keepalive_finds_killed_peer", &[PRELOAD]) {
@@ -365,16 +366,19 @@ fn kill_writer(server_extra: &[&str], client_extra: &[&str], after: Duration) ->
     (t0.elapsed(), sout)
 }
 
-/// A writer killed mid-stream (SIGKILL: no close, no disconnect; its engine is gone): the
-/// reader's recv fails once its QP gives up on the dead peer (the transport's retry limit,
-/// about 17 s), never waiting forever.
+/// A writer killed mid-stream while data flows (SIGKILL: no close, no disconnect; its engine
+/// is gone), the reader in rselect and rrecv with keep-alive on (`TCP_KEEPIDLE` 1 s): its recv
+/// fails once its QP gives up on the dead peer (the transport's retry limit, about 17 s). The
+/// keep-alive makes sure the reader transmits: without it, a reader whose last credit update
+/// went out before the kill has nothing to send and waits (without keep-alive this test failed
+/// once that way, in a full `cargo test` on a loaded machine).
 #[test]
 fn peer_killed_mid_stream() {
     if !have("peer_killed_mid_stream", &[PRELOAD]) {
         return;
     }
-    // select: the reader waits in rselect, then in rrecv.
-    let (t, sout) = kill_writer(&["select"], &[], Duration::from_millis(700));
+    let none = u64::MAX.to_string();
+    let (t, sout) = kill_writer(&["select", &none, "1"], &[], Duration::from_millis(700));
     assert!(
         sout.contains("server: recv failed after") || sout.contains("server: end of stream after"),
         "the reader ends with an error or the end of the stream, not a timeout:\n{sout}"
