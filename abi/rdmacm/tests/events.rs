@@ -17,7 +17,7 @@ use common::*;
 /// Builds `tests/c/<name>.c` against the installed headers and runs it on our libraries with
 /// a fresh address and port; its output (the test fails if it does).
 fn run_c(name: &str) -> Option<String> {
-    let (dir, exe) = build_c(name)?;
+    let (dir, exe) = build_c(name, RDMA_LIBS)?;
     let ip = addr();
     let (ok, out) = finish(spawn(&dir, &ip, exe.to_str().unwrap(), &[&ip, &port()]), Duration::from_secs(20));
     let _ = std::fs::remove_dir_all(&dir);
@@ -25,31 +25,11 @@ fn run_c(name: &str) -> Option<String> {
     Some(out)
 }
 
-/// Builds `tests/c/<name>.c` against the installed headers into a directory holding our
-/// libraries: (the directory, the executable); `None` when the headers are missing.
-fn build_c(name: &str) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
-    if !require(name, &[SYSTEM_LIB, "/usr/include/rdma/rdma_cma.h"], "librdmacm-dev") {
-        return None;
-    }
-    let dir = lib_dir(name);
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
-    let exe = dir.join(name);
-    let out = Command::new("gcc")
-        .args(["-Wall", "-Werror", "-O1", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .args(["-lrdmacm", "-libverbs", "-lpthread"])
-        .output()
-        .expect("gcc");
-    assert!(out.status.success(), "gcc: {}", text(&out));
-    Some((dir, exe))
-}
-
 /// Builds tests/c/`name`.c and runs it as `server <ip> <port>` in one process and, once the
 /// server's device is up, as `client <ip> <port>` in another (each on an address of its own);
 /// the outcome (exited with 0, output) of the client and of the server.
 fn server_and_client(name: &str) -> Option<((bool, String), (bool, String))> {
-    let (dir, exe) = build_c(name)?;
+    let (dir, exe) = build_c(name, RDMA_LIBS)?;
     let exe = exe.to_str().unwrap();
     let (sip, cip, port) = (addr(), addr(), port());
     let server = spawn(&dir, &sip, exe, &["server", &sip, &port]);
@@ -83,7 +63,7 @@ fn a_process_exiting_connected_disconnects() {
 #[test]
 fn exit_from_a_signal_handler_while_polling_never_blocks() {
     use std::io::BufRead;
-    let Some((dir, exe)) = build_c("cmexitpoll") else { return };
+    let Some((dir, exe)) = build_c("cmexitpoll", RDMA_LIBS) else { return };
     let mut hung = Vec::new();
     for i in 0..20u64 {
         let ip = addr();

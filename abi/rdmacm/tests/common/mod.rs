@@ -64,7 +64,10 @@ pub fn built_ibverbs() -> PathBuf {
 
 /// A fresh directory with `libibverbs.so.1` and `librdmacm.so.1` -> the built libraries.
 pub fn lib_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("softroce-rdmacm-{tag}-{}", std::process::id()));
+    // A number per call: tests running in parallel may use one tag.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("softroce-rdmacm-{tag}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::os::unix::fs::symlink(built_ibverbs(), dir.join("libibverbs.so.1")).unwrap();
@@ -232,10 +235,12 @@ fn pair_on(
 /// invalid service ID, as the IB CM answers a REQ for a port nobody listens on): rping's and
 /// ucmatose's `RDMA_CM_EVENT_REJECTED, error 8`, perftest's `RDMA_CM_EVENT_REJECTED; error: 8`
 /// (its test connection; Debian's perftest 4.5-0.17 cannot retry it: its retry loop reuses the
-/// ids it has just destroyed, fixed upstream later) and `Unexpected CM event bl blka 8` (its
-/// parameter-exchange connection, where 8 is the event, REJECTED).
+/// ids it has just destroyed, fixed upstream later), `Unexpected CM event bl blka 8` (its
+/// parameter-exchange connection, where 8 is the event, REJECTED) and rstream's and
+/// riostream's `rconnect: Connection refused`.
 pub fn refused_unheard(client_out: &str) -> bool {
     client_out.contains("RDMA_CM_EVENT_REJECTED, error 8")
+        || client_out.contains("rconnect: Connection refused")
         || client_out.contains("RDMA_CM_EVENT_REJECTED, error: 8")
         || client_out.contains("RDMA_CM_EVENT_REJECTED; error: 8.")
         || client_out.contains("Unexpected CM event bl blka 8")
@@ -299,6 +304,30 @@ pub fn wire(a: &str, b: &str) -> String {
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
     format!("--- /proc/net/udp of {a} and {b}:\n{}\n--- 2 s of their traffic:\n{cap}", udp.join("\n"))
+}
+
+/// The libraries a C test program that calls librdmacm links with.
+pub const RDMA_LIBS: &[&str] = &["-lrdmacm", "-libverbs", "-lpthread"];
+
+/// Builds `tests/c/<name>.c` against the installed headers (linked with `libs`) into a
+/// directory holding our libraries: (the directory, the executable); `None` when the headers
+/// are missing.
+pub fn build_c(name: &str, libs: &[&str]) -> Option<(PathBuf, PathBuf)> {
+    if !require(name, &[SYSTEM_LIB, "/usr/include/rdma/rdma_cma.h"], "librdmacm-dev") {
+        return None;
+    }
+    let dir = lib_dir(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let exe = dir.join(name);
+    let out = Command::new("gcc")
+        .args(["-Wall", "-Werror", "-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(libs)
+        .output()
+        .expect("gcc");
+    assert!(out.status.success(), "gcc: {}", text(&out));
+    Some((dir, exe))
 }
 
 /// `v` as owned strings.
