@@ -62,7 +62,11 @@
 //!
 //! ```text
 //! cargo bench --bench throughput -- shared          # 2 s per run
+//! cargo bench --bench throughput -- shared kernel   # only the kernel's steering cost
 //! ```
+//!
+//! It also measures the kernel's part alone: a busy-poll UDP ping-pong whose receiving socket
+//! is plain, then one of a two-socket `SO_REUSEPORT` group with the steering program.
 //!
 //! The server side of each runs in a child process (this binary, re-executed).
 
@@ -351,7 +355,84 @@ fn udp_pingpong(iters: usize) -> f64 {
     }
     echo.join().unwrap();
     // Unpin this thread again (the softroce runs follow in other processes).
-    // SAFETY: as in `pin`, with every CPU of the set.
+    unpin();
+    rtt.sort_unstable();
+    rtt[rtt.len() / 2] as f64 / 2000.0
+}
+
+/// The kernel's part of the steering alone, as CPU time (wall-clock ping-pongs of pinned
+/// busy-polling threads are at the mercy of anything else on the machine): a thread sends
+/// 34-byte BTH-shaped datagrams over loopback to a plain socket, then to the first socket of
+/// a two-process-style `SO_REUSEPORT` group with the shared address's steering program; on
+/// loopback the sender's thread runs the whole receive path, socket lookup and steering
+/// included. Seven rounds, interleaved, the least CPU time per datagram of each.
+fn steering_cost() {
+    let (mut plain, mut steered) = (f64::MAX, f64::MAX);
+    for _ in 0..7 {
+        plain = plain.min(send_cpu_ns(200_000, false));
+        steered = steered.min(send_cpu_ns(200_000, true));
+    }
+    println!();
+    println!("{:<44} {:>10} {:>8}", "udp send + receive path, 34 B, CPU per datagram", "ns", "ratio");
+    println!("{:<44} {:>10.0} {:>8.2}", "receiver a plain socket", plain, 1.0);
+    println!("{:<44} {:>10.0} {:>8.2}", "receiver in a steered 2-socket group", steered, steered / plain);
+    println!("  the kernel's steering costs {:.0} ns per packet received", steered - plain);
+}
+
+/// CPU time of this thread, in ns.
+fn thread_cpu_ns() -> f64 {
+    // SAFETY: getrusage writes one `rusage` into the zeroed value it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+    let tv = |v: libc::timeval| v.tv_sec as f64 * 1e9 + v.tv_usec as f64 * 1e3;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// The CPU time per datagram of sending `n` of them to a plain socket or (`steered`) to a
+/// steered group's socket (see [`steering_cost`]); the receiver is drained by another thread.
+fn send_cpu_ns(n: usize, steered: bool) -> f64 {
+    let bind = |addr: &str, reuse: bool| {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+        s.set_reuse_port(reuse).unwrap();
+        s.bind(&addr.parse::<SocketAddr>().unwrap().into()).unwrap();
+        s
+    };
+    let a: UdpSocket = bind("127.0.79.1:0", false).into();
+    let b_sock = bind("127.0.79.2:0", steered);
+    let b_addr = b_sock.local_addr().unwrap().as_socket().unwrap();
+    let _idle = steered.then(|| {
+        let other = bind(&b_addr.to_string(), true);
+        let prog = softroce::verbs::share_bench::steering_program(&[(0, 0), (1, 0)]);
+        softroce::verbs::share_bench::attach(&other, &prog).unwrap();
+        other
+    });
+    let b: UdpSocket = b_sock.into();
+    b.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let drain = std::thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        let mut got = 0usize;
+        while b.recv(&mut buf).is_ok() {
+            got += 1;
+        }
+        got
+    });
+    let mut msg = [0u8; 34];
+    msg[0] = 0x0a; // RC RDMA WRITE Only, QP 0x11 (slot 0: the first socket)
+    msg[7] = 0x11;
+    let t0 = thread_cpu_ns();
+    for _ in 0..n {
+        let _ = a.send_to(&msg, b_addr);
+    }
+    let cpu = thread_cpu_ns() - t0;
+    let got = drain.join().unwrap();
+    assert!(got > 0, "nothing reached the receiving socket");
+    cpu / n as f64
+}
+
+/// Lets this thread run on every CPU again (after [`pin`]).
+fn unpin() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // SAFETY: sched_setaffinity with a set of this machine's CPUs.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         for c in 0..cores {
@@ -359,8 +440,6 @@ fn udp_pingpong(iters: usize) -> f64 {
         }
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
-    rtt.sort_unstable();
-    rtt[rtt.len() / 2] as f64 / 2000.0
 }
 
 /// `softroce perf <test> -s 2 -n <iters>` between a server on 127.0.77.11 and a client on
@@ -615,6 +694,10 @@ fn cpu_seconds() -> f64 {
 /// The `shared` rows: unshared devices, sharing devices alone on their addresses, and two
 /// processes on one address, side by side (see the module docs).
 fn shared(d: Duration) {
+    if std::env::args().any(|a| a == "kernel") {
+        steering_cost();
+        return;
+    }
     println!(
         "softroce, one address shared by two processes, {} s per run ({} cores)",
         d.as_secs_f64(),
@@ -655,6 +738,7 @@ fn shared(d: Duration) {
             );
         }
     }
+    steering_cost();
     println!();
     println!("{:<44} {:>10} {:>8}", "latency, 2 B, half round trip (median)", "us", "ratio");
     for (i, test) in ["send-lat", "write-lat", "read-lat"].iter().enumerate() {

@@ -53,10 +53,12 @@
 //! - [`wire`]: zero-copy packet views, owned representations, the opcode table and the ICRC.
 //! - [`transport`]: the RC, UC and UD state machines, sans-IO.
 //! - [`verbs`]: the user-facing API, shaped like ibverbs; [`prelude`] for a glob import.
+//! - [`faults`]: the fault SPEC (`SOFTROCE_FAULTS`) and the fate of a packet under it.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod faults;
 pub mod prelude;
 pub mod transport;
 pub mod verbs;

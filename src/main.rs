@@ -14,6 +14,13 @@ struct Cli {
     /// `RUST_LOG=softroce=debug`) overrides it. Give it before the tool: `softroce -vv perf ...`.
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Fault injection on every device the tool opens: a comma-separated SPEC such as
+    /// `seed=1,loss=2%,dup=1%,reorder=1%`, `blackhole=1s+60s`, `rnr=3`, `mad,loss=30%`
+    /// (docs/faults.md; items: seed, dir, loss, dup, corrupt, reorder, depth, delay, jitter,
+    /// qp, opcode, mad, blackhole, rnr). Overrides SOFTROCE_FAULTS. A summary line goes to
+    /// stderr when the device closes.
+    #[arg(long, value_name = "SPEC", global = true, value_parser = cli::common::parse_faults)]
+    faults: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -76,6 +83,9 @@ fn main() {
     quiet_on_closed_stdout();
     let cli = Cli::parse();
     cli::common::init_logging(cli.verbose);
+    if let Some(spec) = &cli.faults {
+        softroce::faults::set_default(Some(spec.clone()));
+    }
     let code = match &cli.command {
         Command::Dump(a) => cli::dump::run(a),
         Command::Perf(a) => cli::perf::run(a),

@@ -434,3 +434,47 @@ fn ucmatose_pairs_and_the_server_disconnects() {
          data transfers complete\ntest complete\nreturn status 0\n"
     );
 }
+
+/// The summary line `--faults` prints at the end of a tool, exactly once.
+fn fault_summary(o: &Output) -> String {
+    let t = text(o);
+    let mut lines = t.lines().filter(|l| l.starts_with("softroce faults: "));
+    let first = lines.next().unwrap_or_else(|| panic!("no summary line:\n{t}")).to_string();
+    assert!(lines.next().is_none(), "one summary line:\n{t}");
+    first
+}
+
+#[test]
+fn rc_pingpong_under_faults_prints_the_same_summary_each_run() {
+    let dir = std::env::temp_dir().join(format!("sr-cli-faults-{}", std::process::id()));
+    let args = ["--faults", "seed=3,loss=5%", "-n", "200", "-s", "1024", "-c"];
+    let same = common::two_agree(|_| {
+        let (s, c) = pingpong(&args, &dir);
+        assert!(s.status.success() && c.status.success(), "client:\n{}\nserver:\n{}", text(&c), text(&s));
+        (fault_summary(&s), fault_summary(&c))
+    });
+    assert!(
+        same.0.starts_with("softroce faults: seed=3 dropped=") && !same.0.contains("dropped=0 "),
+        "{same:?}"
+    );
+    // The counters file of an ended device lists the faults too.
+    let o = softroce().args(["counters", "--all"]).env("SOFTROCE_RUN_DIR", &dir).output().unwrap();
+    assert!(text(&o).contains("fault_dropped"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_malformed_fault_spec_is_a_usage_error_naming_the_item() {
+    // `--faults` goes before the tool or after it.
+    let o =
+        softroce().args(["--faults", "seed=1,loss=2", "rc-pingpong", "-d", "127.0.0.1"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("bad fault spec item \"loss=2\""), "{}", text(&o));
+    let o = softroce()
+        .args(["rc-pingpong", "-d", &common::verbs::loopback_ip(), "-n", "1"])
+        .env("SOFTROCE_FAULTS", "delay=5")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("SOFTROCE_FAULTS: bad fault spec item \"delay=5\""), "{}", text(&o));
+}

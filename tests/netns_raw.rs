@@ -364,6 +364,39 @@ fn raw_bulk_with_and_without_gso() {
     assert!(p.dropped(0) > 0 && p.dropped(1) > 0, "the egress rules must have dropped packets both ways");
 }
 
+/// Fault injection over the raw backend (`SOFTROCE_FAULTS`, no nftables drop): the bulk
+/// example raw↔raw with loss, duplication and reordering on both sides, GSO super-frames
+/// regrouped by the fault decorator (their ICRCs computed again for the packets' new IPv4
+/// identifications), every byte and the order verified.
+#[test]
+#[ignore = "needs root (network namespaces, veth, nftables, CAP_NET_RAW): run with `cargo test --test netns_raw -- --ignored` as root, as .ci/run does"]
+fn raw_bulk_under_fault_injection() {
+    require_root();
+    let p = Pair::new(8, 0);
+    let bulk = common::example("bulk");
+    let env = Path::new("/usr/bin/env");
+    let faults = "SOFTROCE_FAULTS=seed=1,loss=1%,dup=1%,reorder=1%";
+    let bulk_path = bulk.to_string_lossy().into_owned();
+    let server = p.spawn(0, env, &[faults, &bulk_path, "-s", "-d", &p.v4[0], "--backend", "raw"], None);
+    std::thread::sleep(Duration::from_millis(200));
+    let cargs = [faults, &bulk_path, "-d", &p.v4[1], "--backend", "raw", "--bytes", "32M", &p.v4[0]];
+    let client = p.spawn(1, env, &cargs, None).wait_with_output().unwrap();
+    let mut server = server;
+    if !client.status.success() {
+        let _ = server.kill();
+    }
+    let server = server.wait_with_output().unwrap();
+    let (c, s) = (text(&client), text(&server));
+    assert!(client.status.success() && s.contains("every byte and the order"), "client:\n{c}\nserver:\n{s}");
+    for out in [&c, &s] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("softroce faults: seed=1 "))
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(!line.contains("dropped=0 ") && !line.contains("duplicated=0 "), "{line}");
+    }
+}
+
 /// The four pingpong tools over raw devices opened by interface name, with the IPv6 GID as
 /// the source (a device opened by name serves every address of the interface).
 #[test]

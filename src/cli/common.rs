@@ -88,9 +88,17 @@ impl From<VerbsError> for CliError {
             | VerbsError::GidIndex { .. }
             | VerbsError::NoMemory(_)
             | VerbsError::Limit { .. } => CliError::setup(e.to_string()),
+            // (SOFTROCE_FAULTS: `--faults` is checked with the other flags)
+            VerbsError::Faults(_) => CliError::usage(format!("SOFTROCE_FAULTS: {e}")),
             other => CliError::failed(other.to_string()),
         }
     }
+}
+
+/// `--faults SPEC`: checked while the command line is parsed, so that a bad item is a usage
+/// error (exit 2) naming it.
+pub fn parse_faults(s: &str) -> Result<String, String> {
+    softroce::faults::FaultSpec::parse(s).map(|_| s.to_string()).map_err(|e| e.to_string())
 }
 
 /// C `strtol(s, NULL, 0)` for a whole string: `0x` hex, leading-`0` octal, or decimal.

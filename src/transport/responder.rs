@@ -84,6 +84,10 @@ pub(crate) struct RespState {
     pub resources: Vec<Option<Resource>>,
     pub res_head: usize,
     pub out: VecDeque<Response>,
+    /// Fault injection ([`Qp::force_rnr_nak`]): the next new SEND is answered with an RNR NAK.
+    pub forced_rnr: bool,
+    /// A forced RNR NAK was sent since the driver last asked.
+    pub forced_rnr_sent: bool,
 }
 
 impl RespState {
@@ -284,12 +288,15 @@ impl Qp {
         let consumes_recv = (info.operation == Operation::Send && info.position.starts())
             || (info.operation == Operation::RdmaWrite && info.immediate());
         if consumes_recv && self.resp.recv.is_none() {
-            match self.rq.pop_front() {
+            // Fault injection: a SEND answered as if no receive were posted.
+            let forced = info.operation == Operation::Send && std::mem::take(&mut self.resp.forced_rnr);
+            match if forced { None } else { self.rq.pop_front() } {
                 Some(wr) => self.resp.recv = Some(CurRecv { wr, offset: 0 }),
                 None => {
                     // RNR NAK: the PSN is not consumed; the retry is processed as new.
                     self.counters.send_rnr_err += 1;
-                    tracing::debug!(qpn = self.qpn, %psn, "RNR NAK sent: no receive WQE posted");
+                    self.resp.forced_rnr_sent |= forced;
+                    tracing::debug!(qpn = self.qpn, %psn, forced, "RNR NAK sent: no receive WQE posted");
                     let msn = self.resp.msn;
                     let syndrome = Syndrome::RnrNak { timer: self.attr.min_rnr_timer };
                     self.resp.push(Response::Ack { psn, syndrome, msn }, &mut self.counters);
@@ -456,6 +463,16 @@ impl Qp {
                 &mut self.counters,
             );
         }
+    }
+
+    /// Fault injection (`rnr=K`): with `armed`, the next RC SEND that starts a new message
+    /// (its PSN the expected one) is answered with an RNR NAK as if no receive were posted —
+    /// the PSN is not consumed, the receive stays posted, and the requester retries after its
+    /// RNR timer, as on an HCA whose receive queue ran dry. `armed: false` disarms. Returns
+    /// whether such a NAK was sent since the last call.
+    pub fn force_rnr_nak(&mut self, armed: bool) -> bool {
+        self.resp.forced_rnr = armed;
+        std::mem::take(&mut self.resp.forced_rnr_sent)
     }
 
     /// Completes the receive WQE in progress when `pkt` ends a SEND or a WRITE with

@@ -104,6 +104,12 @@ pub struct DeviceConfig {
     /// the device binds the port alone and a second device on the address fails with "address
     /// in use". The raw and in-memory backends never share; nor does port 0.
     pub share: bool,
+    /// A fault SPEC (see [`crate::faults::spec`]): the device loses, duplicates, corrupts,
+    /// reorders and delays its packets, goes dark, or forces RNR NAKs, reproducibly from a
+    /// seed; `None` or blank: none. By default `SOFTROCE_FAULTS` (or what
+    /// [`crate::faults::set_default`] set). A malformed SPEC makes [`Device::open`] fail with
+    /// [`Error::Faults`], naming the bad item.
+    pub faults: Option<String>,
 }
 
 /// Whether devices share their address by default: yes; `SOFTROCE_SHARE=0` turns it off.
@@ -143,11 +149,17 @@ impl DeviceConfig {
             inline_progress: default_inline_progress(),
             engine_threads: default_engine_threads(),
             share: default_share(),
+            faults: crate::faults::default_spec(),
         }
     }
     /// The same with sharing of the address on or off (see [`DeviceConfig::share`]).
     pub fn with_share(self, share: bool) -> DeviceConfig {
         DeviceConfig { share, ..self }
+    }
+    /// The same with fault SPEC `spec` (see [`DeviceConfig::faults`]; `""`: no faults,
+    /// whatever `SOFTROCE_FAULTS` says).
+    pub fn with_faults(self, spec: impl Into<String>) -> DeviceConfig {
+        DeviceConfig { faults: Some(spec.into()), ..self }
     }
     /// The same with `n` engine threads (see [`DeviceConfig::engine_threads`]).
     pub fn with_engine_threads(self, n: usize) -> DeviceConfig {
@@ -253,6 +265,9 @@ pub struct DeviceAttr {
 pub(crate) struct RxCounters {
     pub icrc_err: AtomicU64,
     pub malformed: AtomicU64,
+    /// Of `malformed`: per [`super::backend::filter::Junk`] reason but the last (unknown QPs
+    /// are `unknown_qp`).
+    pub junk: [AtomicU64; 7],
     pub unknown_qp: AtomicU64,
     pub bad_source: AtomicU64,
     pub icrc_unexpected_id: AtomicU64,
@@ -420,6 +435,8 @@ pub(crate) struct DeviceShared {
     pub share: Option<Arc<super::share::Share>>,
     /// QP numbers in use (a member of a shared address has 2^18 of them and reuses them).
     pub qpns: Mutex<std::collections::HashSet<u32>>,
+    /// Fault injection ([`DeviceConfig::faults`]), if any.
+    pub faults: Option<Arc<super::faults::FaultState>>,
 }
 
 /// The engine's outlet for IB CM events: `(endpoint, now, event)`.
@@ -560,6 +577,9 @@ impl Drop for EngineHandle {
         self.cores.clear();
         if let Some(share) = &self.shared.share {
             share.close();
+        }
+        if let Some(f) = &self.shared.faults {
+            f.report();
         }
     }
 }
@@ -852,6 +872,7 @@ impl Device {
     /// Opens a device on a local address or interface.
     pub fn open(cfg: DeviceConfig) -> Result<Device> {
         let info = DeviceInfo::query(&cfg)?;
+        let faults = super::faults::FaultState::open(cfg.faults.as_deref())?;
         let ip = info.ip;
         let rx = Arc::new(RxCounters::default());
         let mut threads = cfg.engine_threads.clamp(1, MAX_ENGINE_THREADS);
@@ -925,6 +946,16 @@ impl Device {
                 vec![Box::new(super::backend::memory::MemoryBackend::new(net, ip, cfg.port))]
             }
         };
+        let backends: Vec<Box<dyn super::backend::Backend>> = match &faults {
+            Some(f) => backends
+                .into_iter()
+                .map(|b| {
+                    Box::new(super::backend::faults::FaultBackend::new(b, f.clone()))
+                        as Box<dyn super::backend::Backend>
+                })
+                .collect(),
+            None => backends,
+        };
         let recv_buffer = backends[0].recv_buffer_size();
         let mut links = Vec::with_capacity(backends.len());
         let mut ends = Vec::with_capacity(backends.len());
@@ -976,6 +1007,7 @@ impl Device {
             spin: cfg.spin,
             share: joining.as_ref().map(|j| j.share.clone()),
             qpns: Mutex::new(std::collections::HashSet::new()),
+            faults,
         });
         let stats = super::engine::StatsFile::shared(&shared);
         let mut engines = Vec::with_capacity(backends.len());
@@ -1232,6 +1264,33 @@ pub fn counters_dir() -> std::path::PathBuf {
     super::rundir::run_dir_path()
 }
 
+/// Datagrams dropped as not RoCEv2 for the device, by reason, in the order the receive
+/// filter checks them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JunkCounters {
+    /// Fewer bytes than a BTH and an ICRC.
+    pub short: u64,
+    /// A BTH transport version other than 0.
+    pub tver: u64,
+    /// A P_Key outside the default partition.
+    pub pkey: u64,
+    /// A reserved opcode.
+    pub opcode: u64,
+    /// Shorter than the opcode's headers and the ICRC.
+    pub truncated: u64,
+    /// A pad count that does not fit, or a pad on an opcode without payload.
+    pub pad: u64,
+    /// A length that is not a multiple of 4.
+    pub unaligned: u64,
+}
+
+impl JunkCounters {
+    pub(crate) fn from_array(a: [u64; 7]) -> JunkCounters {
+        let [short, tver, pkey, opcode, truncated, pad, unaligned] = a;
+        JunkCounters { short, tver, pkey, opcode, truncated, pad, unaligned }
+    }
+}
+
 /// Device counters: rxe's hw_counters names plus the receive path's drops.
 #[derive(Debug, Clone, Default)]
 pub struct DeviceCounters {
@@ -1239,8 +1298,14 @@ pub struct DeviceCounters {
     pub qp: Counters,
     /// Packets dropped for a bad ICRC.
     pub rcvd_icrc_err: u64,
-    /// Packets dropped because they did not parse.
+    /// Packets dropped because they are not RoCEv2 for this device: they did not parse, or
+    /// carry a transport version other than 0 or a P_Key outside the default partition (the
+    /// sum of `rcvd_junk`'s counts and the other parse failures).
     pub rcvd_malformed: u64,
+    /// `rcvd_malformed` by reason. With a kernel socket filter (UDP and raw backends) the
+    /// engine sees a random 1 in 64 of what the filter drops, so these count that sample
+    /// (the total the kernel dropped is in `rcvd_socket_drops`).
+    pub rcvd_junk: JunkCounters,
     /// Packets for a QP that does not exist.
     pub rcvd_unknown_qp: u64,
     /// Packets from an address the QP is not connected to.
@@ -1253,9 +1318,11 @@ pub struct DeviceCounters {
     /// Packets received with ECN Congestion Experienced (mlx5 calls it
     /// `np_ecn_marked_roce_packets`).
     pub rcvd_ecn_ce: u64,
-    /// Packets the kernel dropped because the device's receive socket was full: the engine
-    /// fell behind its peers (UDP backend: the socket's `drops` in `/proc/net/udp`; raw
-    /// backend: the packet socket's `tp_drops`). On a lossless path this stays 0.
+    /// Packets the kernel dropped on the device's receive socket: the socket was full (the
+    /// engine fell behind its peers), or, UDP backend, its filter rejected the datagram as
+    /// not RoCEv2 for this device (UDP backend: the socket's `drops` in `/proc/net/udp`; raw
+    /// backend: the packet socket's `tp_drops`, which counts only the first kind). Without
+    /// junk on the wire and on a lossless path this stays 0.
     pub rcvd_socket_drops: u64,
     /// Raw backend: frames shorter than their headers say, or longer than a receive slot.
     pub rcvd_frame_truncated: u64,
@@ -1274,6 +1341,8 @@ pub struct DeviceCounters {
     /// QP1: packets other than UD SEND Only (dropped).
     pub rcvd_mad_bad_opcode: u64,
     /// QP1: packets whose P_Key does not match the port's (0xffff), as rxe's `check_keys`.
+    /// The receive filter drops such packets for every QP first (`rcvd_junk.pkey`), so this
+    /// stays 0 unless that check is bypassed.
     pub rcvd_mad_bad_pkey: u64,
     /// QP1: packets whose Q_Key is not the GSI's 0x80010000.
     pub rcvd_mad_bad_qkey: u64,
@@ -1287,6 +1356,8 @@ pub struct DeviceCounters {
     /// Sends (each a run of packets) that left from the RoCE port instead of the QP's UDP
     /// source port, which another socket held; their ICRC covers the port they left from.
     pub send_port_fallback: u64,
+    /// What fault injection did ([`DeviceConfig::faults`]; all 0 without).
+    pub faults: super::FaultCounters,
     /// The IB CM's counters (messages, retries, duplicates, every drop and refusal).
     pub cm: crate::transport::cm::CmCounters,
     /// A shared address ([`DeviceConfig::share`]): how many devices share it now (this one
@@ -1331,6 +1402,13 @@ impl DeviceCounters {
         qp.chain([
             ("rcvd_icrc_err", self.rcvd_icrc_err),
             ("rcvd_malformed", self.rcvd_malformed),
+            ("rcvd_junk_short", self.rcvd_junk.short),
+            ("rcvd_junk_tver", self.rcvd_junk.tver),
+            ("rcvd_junk_pkey", self.rcvd_junk.pkey),
+            ("rcvd_junk_opcode", self.rcvd_junk.opcode),
+            ("rcvd_junk_truncated", self.rcvd_junk.truncated),
+            ("rcvd_junk_pad", self.rcvd_junk.pad),
+            ("rcvd_junk_unaligned", self.rcvd_junk.unaligned),
             ("rcvd_unknown_qp", self.rcvd_unknown_qp),
             ("rcvd_bad_source", self.rcvd_bad_source),
             ("icrc_unexpected_id", self.icrc_unexpected_id),
@@ -1358,6 +1436,7 @@ impl DeviceCounters {
             ("share_steerings", self.share_steerings),
             ("share_probe_retries", self.share_probe_retries),
         ])
+        .chain(self.faults.iter())
     }
 }
 

@@ -28,10 +28,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
+use super::backend::filter::{self, QpnSet};
 use super::backend::{Backend, Datagram, Outgoing};
 use super::cq::CqShared;
 use super::device::{AsyncEvent, DeviceCounters, DeviceShared, EngineLink, Forwarded, MAX_FORWARDED};
 use super::error::{Error, Result};
+use super::flood::{self, FloodWatch};
 use super::gid::{Gid, rc_udp_sport, ud_udp_sport};
 use super::mr::MrTable;
 use super::qp::{AddressVector, QpAttrs, QpInfo, QpShared};
@@ -200,6 +202,18 @@ struct State {
     cm_dirty: bool,
     /// QP1's next BTH PSN.
     gsi_psn: u32,
+    /// Who sends junk, and the warning when it is a flood.
+    flood: FloodWatch,
+    /// The QPs the backend's kernel filter admits (a superset of this engine's), if it has
+    /// one that takes them; and how many dropped datagrams a junk one the engine sees
+    /// stands for ([`Backend::junk_weight`]).
+    admitted: Option<QpnSet>,
+    junk_weight: u64,
+    /// Whether to tell the backend the QPs (until it says it has no filter for them).
+    admit_qpns: bool,
+    /// When the set was last given, and whether it was exactly this engine's QPs.
+    admitted_at: Option<Time>,
+    admitted_exact: bool,
 }
 
 /// What the engine thread and, with inline progress, application threads share behind the
@@ -225,6 +239,21 @@ thread_local! {
     /// The run-queue waits of an application thread that makes inline progress.
     static APP_WAITS: std::cell::RefCell<Option<ThreadWaits>> = const { std::cell::RefCell::new(None) };
 }
+
+/// [`flood::REASONS`] indices of the drops the receive filter does not name.
+const JUNK_BAD_SOURCE: usize = 8;
+const JUNK_ICRC: usize = 9;
+
+/// QP numbers past this engine's highest that its kernel filter admits ahead while QPs are
+/// created in a burst (per engine of the device: QPNs are handed out in order, round robin
+/// over the engines), so that not every new QP replaces the filter: the kernel takes about
+/// 0.3 µs per instruction to take a new program (70 µs for the usual 170).
+const ADMIT_AHEAD: u32 = 64;
+/// QPs created less than this apart are a burst.
+const ADMIT_BURST: Duration = Duration::from_millis(1);
+/// A filter that admits more than the engine's QPs (a burst's QP numbers ahead, destroyed
+/// QPs) is made exact again after this long.
+const ADMIT_TIGHTEN: Duration = Duration::from_millis(250);
 
 /// Receive batches read before due timers fire (at most 64 datagrams each).
 const MAX_BATCHES_BEFORE_TIMERS: usize = 16;
@@ -274,6 +303,12 @@ impl Engine {
                 cm_timer: None,
                 cm_dirty: false,
                 gsi_psn: 0,
+                flood: FloodWatch::default(),
+                admitted: None,
+                junk_weight: backend.junk_weight(),
+                admit_qpns: true,
+                admitted_at: None,
+                admitted_exact: true,
             },
             backend,
             // Room for a full GSO batch of the largest packets.
@@ -331,6 +366,7 @@ impl Engine {
             work |= core.transmit(now);
             core.publish();
             core.stats.dirty |= work;
+            core.tighten_admitted(now);
             if core.stats.dirty && core.stats.due() {
                 core.backend.refresh_counters();
                 let c = core.st.counters();
@@ -409,6 +445,7 @@ impl Engine {
                         qp.set_ud_mtu(mtu);
                         shared.path_mtu.store(mtu as u8, Ordering::Relaxed);
                     }
+                    let qpn = shared.qpn;
                     st.qps.insert(
                         shared.qpn,
                         Slot {
@@ -423,6 +460,8 @@ impl Engine {
                             send_retired_seen: 0,
                         },
                     );
+                    // Before the caller learns the QP number, the kernel filter admits it.
+                    core.admit(qpn);
                     let _ = reply.send(());
                 }
                 Command::ResizeCq { cq, cqe, reply } => {
@@ -453,6 +492,8 @@ impl Engine {
                 Command::DestroyQp { qpn, reply } => {
                     if let Some(s) = st.qps.remove(&qpn) {
                         st.shared.retired_counters.lock().add(s.qp.counters());
+                        // (the filter still admits it: tightened later)
+                        st.admitted_exact = false;
                     }
                     let _ = reply.send(());
                 }
@@ -515,6 +556,61 @@ impl Core {
         Time::from_nanos(self.st.epoch.elapsed().as_nanos() as u64)
     }
 
+    /// Has the backend's kernel filter admit QP `qpn` (see [`Backend::admit_qpns`]) before
+    /// the QP's creator learns its number. When the filter's set lacks it, the set becomes
+    /// this engine's QPs and QP1, and, when QPs come in a burst, [`ADMIT_AHEAD`] QP numbers
+    /// past the highest. A set that admits more than the QPs (those, or destroyed QPs: a
+    /// superset is safe, the engine drops what the filter passes) is made exact again by
+    /// [`Core::tighten_admitted`] within [`ADMIT_TIGHTEN`].
+    fn admit(&mut self, qpn: u32) {
+        let st = &self.st;
+        if !st.admit_qpns || st.admitted.as_ref().is_some_and(|s| s.contains(qpn)) {
+            return;
+        }
+        let now = self.now();
+        let burst = self.st.admitted_at.is_some_and(|t| now - t < ADMIT_BURST);
+        self.admit_now(now, burst);
+    }
+
+    /// Gives the backend's filter this engine's QPs (and, with `ahead`, the QP numbers of a
+    /// burst to come).
+    fn admit_now(&mut self, now: Time, ahead: bool) {
+        let st = &mut self.st;
+        let engines = st.shared.engines.len() as u32;
+        let top = st.qps.keys().copied().max().unwrap_or(1);
+        let more = if ahead { (top + 1)..(top + 1 + ADMIT_AHEAD * engines).min(1 << 24) } else { 0..0 };
+        // A shared address's probes reach every member's sockets (docs/design/shared-device.md).
+        let probes = if st.shared.share.is_some() {
+            super::share::PROBE_BASE..super::share::PROBE_BASE + super::share::MAX_SOCKETS as u32
+        } else {
+            0..0
+        };
+        let set = QpnSet::from_ranges(st.qps.keys().map(|&q| q..q + 1).chain([1..2, more, probes]).collect());
+        st.admitted_at = Some(now);
+        st.admitted_exact = !ahead && set.ranges().len() < QpnSet::MAX_RANGES;
+        if self.backend.admit_qpns(&set) {
+            st.admitted = Some(set);
+        } else {
+            // No filter that takes QP numbers (or the kernel refused it): the engine drops
+            // unknown QPs itself, and asks no more.
+            st.admit_qpns = false;
+            st.admitted = None;
+        }
+    }
+
+    /// Makes the filter's QP set exact again some time after it was last widened (see
+    /// [`Core::admit`]); a QP destroyed leaves it wide.
+    fn tighten_admitted(&mut self, now: Time) {
+        let st = &self.st;
+        if st.admit_qpns
+            && st.admitted.is_some()
+            && !st.admitted_exact
+            && st.admitted_at.is_none_or(|t| now - t >= ADMIT_TIGHTEN)
+        {
+            self.admit_now(now, false);
+        }
+    }
+
     /// One round of progress on an application thread (inline progress): what has arrived,
     /// what was posted, what is to send, and the completions; `recv` says whether to read
     /// the socket. Timers and the IB CM stay with the engine thread, which is woken when
@@ -543,7 +639,8 @@ impl Core {
         });
         if work {
             self.stats.dirty = true;
-            let next = self.st.timers.peek().map_or(u64::MAX, |Reverse((t, _))| t.as_nanos());
+            // (QP timers, and packets the backend holds back: fault injection's delays)
+            let next = self.next_deadline().map_or(u64::MAX, |t| t.as_nanos());
             if self.st.cm_dirty || next < link.engine_deadline.load(Ordering::SeqCst) {
                 link.engine_deadline.store(next, Ordering::SeqCst);
                 let _ = link.waker.wake();
@@ -802,6 +899,7 @@ impl Core {
                         && b.tos == tos
                         && b.hop_limit == path.hop_limit
                         && b.flow_label == path.flow_label
+                        && b.qpn == qpn
                         && !b.closed
                         && b.count < max_seg
                         && (b.count + 1) * b.seg <= MAX_GSO_BYTES
@@ -817,6 +915,7 @@ impl Core {
                         tos,
                         hop_limit: path.hop_limit,
                         flow_label: path.flow_label,
+                        qpn,
                         start: pos,
                         end: pos,
                         seg: len,
@@ -957,6 +1056,8 @@ struct Batch {
     tos: u8,
     hop_limit: u8,
     flow_label: u32,
+    /// The QP whose packets these are (the fault decorator acts per QP).
+    qpn: u32,
     start: usize,
     end: usize,
     seg: usize,
@@ -982,6 +1083,9 @@ impl State {
             qp: c,
             rcvd_icrc_err: rx.icrc_err.load(Ordering::Relaxed),
             rcvd_malformed: rx.malformed.load(Ordering::Relaxed),
+            rcvd_junk: super::device::JunkCounters::from_array(
+                rx.junk.each_ref().map(|c| c.load(Ordering::Relaxed)),
+            ),
             rcvd_unknown_qp: rx.unknown_qp.load(Ordering::Relaxed),
             rcvd_bad_source: rx.bad_source.load(Ordering::Relaxed),
             icrc_unexpected_id: rx.icrc_unexpected_id.load(Ordering::Relaxed),
@@ -1002,6 +1106,7 @@ impl State {
             rcvd_forwarded: rx.forwarded.load(Ordering::Relaxed),
             rcvd_forward_dropped: rx.forward_dropped.load(Ordering::Relaxed),
             send_port_fallback: rx.send_port_fallback.load(Ordering::Relaxed),
+            faults: self.shared.faults.as_ref().map(|f| f.counters()).unwrap_or_default(),
             cm: self.cm.counters().clone(),
             ..self.share_counters()
         }
@@ -1077,6 +1182,16 @@ impl State {
                 return;
             }
         }
+        // What the kernel filter rejects (a sample of it reaches us, and all of it where
+        // there is no such filter), by reason.
+        if let Err(j) = filter::verdict(d.payload, None) {
+            rx.malformed.fetch_add(1, Ordering::Relaxed);
+            if let Some(c) = rx.junk.get(j as usize) {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+            self.junk(now, &d, j as usize, self.junk_weight);
+            return;
+        }
         let Ok(p) = Packet::new_checked(d.payload) else {
             rx.malformed.fetch_add(1, Ordering::Relaxed);
             return;
@@ -1106,30 +1221,51 @@ impl State {
                 return;
             }
         }
+        // As rxe's `rxe_rcv`: the destination QP and the source address are checked before
+        // the ICRC (`hdr_check`, then `rxe_icrc_check`), so junk for QPs that do not exist,
+        // or from the wrong peer, costs no CRC.
+        let qpn = dest;
+        let slot = if qpn == GSI_QPN {
+            None
+        } else {
+            let Some(slot) = self.qps.get_mut(&qpn) else {
+                rx.unknown_qp.fetch_add(1, Ordering::Relaxed);
+                // (a sample of what the filter drops, if it has the QP numbers)
+                let sampled = self.admitted.as_ref().is_some_and(|s| !s.contains(qpn));
+                self.junk(
+                    now,
+                    &d,
+                    filter::Junk::UnknownQp as usize,
+                    if sampled { self.junk_weight } else { 1 },
+                );
+                return;
+            };
+            if let (QpType::Rc | QpType::Uc, Some(path)) = (slot.qp.qp_type(), &slot.path)
+                && path.dst.ip() != d.src.ip()
+            {
+                rx.bad_source.fetch_add(1, Ordering::Relaxed);
+                self.junk(now, &d, JUNK_BAD_SOURCE, 1);
+                return;
+            }
+            Some(slot)
+        };
         let Some(v4) = icrc_check(&d, &p, &mut self.id_solver) else {
             rx.icrc_err.fetch_add(1, Ordering::Relaxed);
+            self.junk(now, &d, JUNK_ICRC, 1);
             return;
         };
         if d.ecn == 3 {
             // Congestion Experienced: counted (the basis for congestion control).
             rx.ecn_ce.fetch_add(1, Ordering::Relaxed);
         }
-        let qpn = dest;
-        if qpn == GSI_QPN {
+        let Some(slot) = slot else {
             self.on_gsi(&d, &p, now, origin);
             return;
-        }
-        let Some(slot) = self.qps.get_mut(&qpn) else {
-            rx.unknown_qp.fetch_add(1, Ordering::Relaxed);
-            return;
         };
-        if let (QpType::Rc | QpType::Uc, Some(path)) = (slot.qp.qp_type(), &slot.path)
-            && path.dst.ip() != d.src.ip()
-        {
-            rx.bad_source.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
         let grh = (slot.qp.qp_type() == QpType::Ud).then(|| grh_of(&d, v4));
+        // Fault injection's `rnr=K`: the QP answers this SEND with an RNR NAK.
+        let faults = self.shared.faults.as_deref();
+        let forced_rnr = faults.is_some_and(|f| f.rnr_before(&p, &mut slot.qp));
         match &slot.shared.srq {
             Some(srq_shared) => {
                 let srqn = srq_shared.srqn;
@@ -1152,7 +1288,23 @@ impl State {
                 slot.qp.handle_packet_grh(now, &p, grh.as_ref(), mrs);
             }
         }
+        if let (true, Some(f)) = (forced_rnr, faults) {
+            f.rnr_after(&p, &mut slot.qp);
+        }
         self.touched.push(qpn);
+    }
+
+    /// Records a dropped packet with the flood watch (reason: an index of
+    /// [`flood::REASONS`]), and warns when it closes a window that was a flood.
+    fn junk(&mut self, now: Time, d: &Datagram<'_>, reason: usize, weight: u64) {
+        if let Some(f) = self.flood.record(now, d.src.ip(), reason, weight) {
+            tracing::warn!(
+                "junk flood on {}:{}: {f}; next report in {} s or later",
+                d.dst,
+                d.dst_port,
+                flood::WARN_EVERY.as_secs()
+            );
+        }
     }
 
     /// A packet for QP1: checked as rxe checks a GSI QP's packets (UD SEND Only, P_Key
@@ -1245,6 +1397,7 @@ impl State {
             tos,
             hop_limit,
             flow_label: 0,
+            qpn: GSI_QPN,
         };
         if backend.send(out).is_err() {
             self.shared.rx.send_err.fetch_add(1, Ordering::Relaxed);
@@ -1404,6 +1557,7 @@ fn flush(backend: &mut dyn Backend, tx: &[u8], batch: &mut Option<Batch>, shared
             tos: b.tos,
             hop_limit: b.hop_limit,
             flow_label: b.flow_label,
+            qpn: b.qpn,
         };
         if let Err(e) = backend.send(out) {
             tracing::debug!(dst = %b.dst, packets = b.count, error = %e, "send failed");

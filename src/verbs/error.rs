@@ -105,6 +105,9 @@ pub enum Error {
     /// `modify_srq` was refused.
     #[error(transparent)]
     Srq(#[from] crate::transport::SrqError),
+    /// The fault SPEC (`SOFTROCE_FAULTS`, [`crate::verbs::DeviceConfig::faults`]) is malformed.
+    #[error(transparent)]
+    Faults(#[from] crate::faults::FaultSpecError),
     /// The device's engine thread stopped.
     #[error("the device's engine thread has stopped")]
     EngineGone,

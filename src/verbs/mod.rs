@@ -131,6 +131,8 @@ pub mod cq;
 pub mod device;
 pub mod engine;
 pub mod error;
+mod faults;
+mod flood;
 pub mod gid;
 pub mod mr;
 pub mod mw;
@@ -138,6 +140,8 @@ pub mod pd;
 pub mod qp;
 pub mod rundir;
 pub(crate) mod share;
+#[doc(hidden)]
+pub use share::bench as share_bench;
 pub mod srq;
 mod stall;
 
@@ -145,9 +149,11 @@ pub use ah::AddressHandle;
 pub use backend::memory::MemoryNetwork;
 pub use cq::CompletionQueue;
 pub use device::{
-    AsyncEvent, BackendKind, Device, DeviceAttr, DeviceConfig, DeviceCounters, PortAttr, PortState, Sharing,
+    AsyncEvent, BackendKind, Device, DeviceAttr, DeviceConfig, DeviceCounters, JunkCounters, PortAttr,
+    PortState, Sharing,
 };
 pub use error::{Error, Result};
+pub use faults::FaultCounters;
 pub use gid::{Gid, GidIndex, GidType};
 pub use mr::{MemoryRegion, OutOfRegion};
 pub use mw::{MemoryWindow, MwType};

@@ -90,3 +90,20 @@ pub fn built_lib_path() -> String {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8(o.stdout).unwrap().trim().to_string()
 }
+
+/// Runs `run` until two runs agree, at most three times; their result. A fate depends on the
+/// packet alone, so runs that send the same packets agree; on a loaded machine a timer may
+/// fire early in one run (a spurious retransmission: one packet more, with a fate of its
+/// own), so one run in three may differ. Fates that depended on time or scheduling would make
+/// every run differ.
+pub fn two_agree<T: PartialEq + std::fmt::Debug>(mut run: impl FnMut(usize) -> T) -> T {
+    let mut seen: Vec<T> = Vec::new();
+    for i in 0..3 {
+        let r = run(i);
+        if seen.contains(&r) {
+            return r;
+        }
+        seen.push(r);
+    }
+    panic!("no two of three runs agree: {seen:#?}");
+}

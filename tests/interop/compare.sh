@@ -28,6 +28,17 @@
 #
 # Needs the release binary (cargo build --release --bin softroce): rig.sh build puts it into the
 # guest image (RIG_SOFTROCE to use another one).
+#
+# COMPARE_TESTS picks the tests (default "write_bw send_lat read_bw"). write_bw_flood is
+# write_bw while the host floods both guests' UDP 4791 with junk from the namespace
+# (examples/spray.rs, as tests/flood.rs: random bytes, truncated headers, BTH-shaped packets
+# for QPs 0x11..0x14 with wrong ICRCs, 4 GiB READ requests with wrong ICRCs, as fast as one host
+# process sends; cargo build --release --example spray); with write_bw beside it, the table
+# gives each stack's flooded goodput as a share of its clean one (issue 30):
+#   COMPARE_TESTS="write_bw write_bw_flood" flock /tmp/softroce-rig.lock tests/interop/compare.sh
+# COMPARE_RUN_TIMEOUT: seconds a run may take (300). COMPARE_FLOOD_ARGS adds sprayer
+# arguments, e.g. "--rate 4000" (datagrams/s in all): a TCG guest's emulated CPU drowns in
+# the kernel's receive path long before the sprayer's full rate.
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -48,6 +59,8 @@ ILAT=${COMPARE_ITERS_LAT:-$ILAT}
 ROUNDS=${COMPARE_ROUNDS:-$ROUNDS}
 SR_BIN=${RIG_SOFTROCE:-$REPO/target/release/softroce}
 SR_ENV=${COMPARE_SR_ENV:+env $COMPARE_SR_ENV }
+SPRAY=${COMPARE_SPRAY:-$REPO/target/release/examples/spray}
+RUN_TIMEOUT=${COMPARE_RUN_TIMEOUT:-300}
 VM1=10.77.0.2
 VM2=10.77.0.3
 # a perftest result row: size, iterations, then three or more numbers
@@ -84,18 +97,20 @@ pair() {
     for try in 1 2; do
         log=$OUT/$round-$stack-$test.log
         [ $try = 2 ] && { mv "$log" "$log.first"; say "$stack $test failed; once more (first run: $log.first)"; }
+        local tool=${test%_flood} spray= sp=
         if [ "$stack" = rxe ]; then
-            srv="ib_$test -x 1 $args"
-            cli="ib_$test -x 1 $args $VM1"
+            srv="ib_$tool -x 1 $args"
+            cli="ib_$tool -x 1 $args $VM1"
         else
-            srv="${SR_ENV}softroce perf ${test/_/-} -d $VM1 $args"
+            srv="${SR_ENV}softroce perf ${tool/_/-} -d $VM1 $args"
             # (the client retries its connection for up to 60 s: no wait-port, see below)
-            cli="${SR_ENV}softroce perf ${test/_/-} -d $VM2 --connect-timeout 60 $args $VM1"
+            cli="${SR_ENV}softroce perf ${tool/_/-} -d $VM2 --connect-timeout 60 $args $VM1"
         fi
+        [ "$tool" != "$test" ] && spray="$SPRAY --from 10.77.0.1 --to $VM1,$VM2 --qpn 0x11 --qpns 4 --kinds random,truncated,bth_bad_icrc,read_bad_icrc --seconds 600 --report-every 1 ${COMPARE_FLOOD_ARGS:-}"
         {
             echo "### $stack $test: server vm1: $srv; client vm2: $cli"
             echo "--- $(date +%T.%N | cut -c1-12) server start (host load $(load))"
-            "$RIG" vm-bg -t 300 1 srv "$srv"
+            "$RIG" vm-bg -t "$RUN_TIMEOUT" 1 srv "$srv"
             # perftest's client does not retry its connection: wait until the server listens.
             # softroce's does, so its runs skip this: under host load the rig's control
             # channel now and then leaves a request unanswered (4 of ~20 wait-ports after a
@@ -105,9 +120,20 @@ pair() {
                 echo "server did not listen; vm1's processes and load:"
                 "$RIG" vm -t 30 1 'ps -o pid,stat,args | grep -v " \[" ; cat /proc/loadavg; netstat -ltnu'
             fi
+            if [ -n "$spray" ]; then
+                echo "--- flood: $spray"
+                "$RIG" host "exec $spray" > "$log.spray" 2>&1 &
+                sp=$!
+                sleep 1
+            fi
             echo "--- $(date +%T.%N | cut -c1-12) client start"
             echo "--- client (vm2)"
-            "$RIG" vm -t 300 2 "$cli"; echo "--- client exit $?"
+            "$RIG" vm -t "$RUN_TIMEOUT" 2 "$cli"; echo "--- client exit $?"
+            if [ -n "$sp" ]; then
+                # (SIGTERM: a background job of a script ignores SIGINT)
+                kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+                echo "--- flood ended: $(tail -n 1 "$log.spray")"
+            fi
             echo "--- server (vm1)"
             "$RIG" vm-wait 1 srv 60; echo "--- server exit $?"
             echo "--- $(date +%T.%N | cut -c1-12) end"
@@ -125,10 +151,11 @@ pair() {
 }
 
 # figure TEST ROW: BW average (MB/s) for a bandwidth test, t_typical (µs) for a latency test
-figure() { case $1 in *_bw) awk '{ print $4 }' <<< "$2" ;; *) awk '{ print $5 }' <<< "$2" ;; esac; }
+figure() { case $1 in *_bw | *_bw_flood) awk '{ print $4 }' <<< "$2" ;; *) awk '{ print $5 }' <<< "$2" ;; esac; }
 
-TESTS="write_bw send_lat read_bw"
-declare -A ARGS=([write_bw]="-s 65536 -n $IBW" [send_lat]="-s 2 -n $ILAT" [read_bw]="-s 65536 -n $IBW")
+TESTS=${COMPARE_TESTS:-"write_bw send_lat read_bw"}
+declare -A ARGS=([write_bw]="-s 65536 -n $IBW" [write_bw_flood]="-s 65536 -n $IBW" [send_lat]="-s 2 -n $ILAT" [read_bw]="-s 65536 -n $IBW")
+if [[ " $TESTS " == *_flood* ]] && [ ! -x "$SPRAY" ]; then say "no sprayer at $SPRAY: cargo build --release --example spray"; exit 2; fi
 declare -A RES TMIN
 FAILED=0
 
@@ -174,7 +201,7 @@ for round in $(seq 1 "$ROUNDS"); do
             if row=$(pair $stack $t "${ARGS[$t]}" "$round"); then
                 RES[$stack.$t.$round]=$(figure $t "$row")
                 [[ $t == *_lat ]] && TMIN[$stack.$t.$round]=$(awk '{ print $3 }' <<< "$row")
-                say "round $round: $stack $t: ${RES[$stack.$t.$round]} $([[ $t == *_bw ]] && echo MB/s || echo µs)"
+                say "round $round: $stack $t: ${RES[$stack.$t.$round]} $([[ $t == *_bw* ]] && echo MB/s || echo µs)"
             else
                 RES[$stack.$t.$round]=""
                 FAILED=$((FAILED + 1))
@@ -198,6 +225,7 @@ join() { local IFS=/; echo "$*" | sed 's|/| / |g'; }
     for t in $TESTS; do
         case $t in
             write_bw) name="RC WRITE bandwidth (BW average)"; size="64 KiB"; n=$IBW; u="MB/s"; better=higher ;;
+            write_bw_flood) name="RC WRITE bandwidth under a junk flood"; size="64 KiB"; n=$IBW; u="MB/s"; better=higher ;;
             send_lat) name="RC SEND latency (t_typical)"; size="2 B"; n=$ILAT; u="µs"; better=lower ;;
             read_bw) name="RC READ bandwidth (BW average)"; size="64 KiB"; n=$IBW; u="MB/s"; better=higher ;;
         esac
@@ -210,14 +238,29 @@ join() { local IFS=/; echo "$*" | sed 's|/| / |g'; }
         printf '| %s | %s | %s | %s %s | %s %s | %s (%s is better) |\n' "$name" "$size" "$n" "$(join "${rs[@]}")" "$u" \
             "$(join "${ss[@]}")" "$u" "$(join "${qs[@]}")" "$better"
     done
+    # under a flood: each stack's share of its clean goodput, round by round
+    if [[ " $TESTS " == *" write_bw "* && " $TESTS " == *" write_bw_flood "* ]]; then
+        for stack in rxe softroce; do
+            ks=()
+            for round in $(seq 1 "$ROUNDS"); do
+                k=$(ratio "${RES[$stack.write_bw.$round]}" "${RES[$stack.write_bw_flood.$round]}" '%.2f')
+                ks+=("${k:-failed}")
+            done
+            keeps+="${keeps:+; }$stack $(join "${ks[@]}")"
+        done
+        echo
+        echo "Flooded / clean write bandwidth: $keeps."
+    fi
     # the latency floor beside the median: under host load the two differ most
-    for stack in rxe softroce; do
-        ms=()
-        for round in $(seq 1 "$ROUNDS"); do ms+=("${TMIN[$stack.send_lat.$round]:-failed}"); done
-        mins+="${mins:+, }$stack $(join "${ms[@]}") µs"
-    done
-    echo
-    echo "send_lat t_min: $mins."
+    if [[ " $TESTS " == *" send_lat "* ]]; then
+        for stack in rxe softroce; do
+            ms=()
+            for round in $(seq 1 "$ROUNDS"); do ms+=("${TMIN[$stack.send_lat.$round]:-failed}"); done
+            mins+="${mins:+, }$stack $(join "${ms[@]}") µs"
+        done
+        echo
+        echo "send_lat t_min: $mins."
+    fi
 } > "$OUT/table.md"
 # json TEST SIZE ITERS METRIC ROUND: one machine-readable line (null for a failed side)
 json() {
@@ -229,9 +272,12 @@ json() {
         "${TMIN[rxe.$t.$round]:-null}" "${TMIN[softroce.$t.$round]:-null}" "$([ $SHORT = 1 ] && echo true || echo false)" "$LOAD0" "$LOAD1"
 }
 for round in $(seq 1 "$ROUNDS"); do
-    json write_bw 65536 "$IBW" bw_avg_MBps "$round"
-    json send_lat 2 "$ILAT" t_typical_us "$round"
-    json read_bw 65536 "$IBW" bw_avg_MBps "$round"
+    for t in $TESTS; do
+        case $t in
+            send_lat) json "$t" 2 "$ILAT" t_typical_us "$round" ;;
+            *) json "$t" 65536 "$IBW" bw_avg_MBps "$round" ;;
+        esac
+    done
 done > "$OUT/results.jsonl"
 cat "$OUT/table.md"
 echo

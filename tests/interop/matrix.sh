@@ -111,6 +111,8 @@ late_acks() {
 
 # run NAME PMTU NETEM PEER-TOOL OPERATION DIRECTION RXE-ROLE RXE-CMD SR-CMD OK-REGEX
 #   RXE-ROLE: server (rxe cmd started first in the background) or client (softroce first).
+#   post=FUNC: one more check, `FUNC before` at the start and `FUNC after` at the end (its
+#   output goes to the log; a failure fails the run).
 run() {
     local name=$1 pmtu=$2 netem=$3 peer=$4 op=$5 dir=$6 role=$7 rxe=$8 srcmd=$9 ok=${10}
     [ -n "$FILTER" ] && [[ $name != *"$FILTER"* ]] && return
@@ -118,6 +120,7 @@ run() {
     {
         echo "### $name: $peer $op $dir PMTU $pmtu netem '${netem:-none}'"
         before=$(counter rcvd_pkts); drops0=$(( $(tapdrops) + $(netemdrops) ))
+        [ -n "${post:-}" ] && "$post" before
         # (tcpdump has been seen to exit silently at its very first start after the rig came
         # up: try again before giving up)
         local try
@@ -188,6 +191,9 @@ run() {
         echo "tcpdump dropped or did not write $dropped packets: checked rcvd_pkts + tap drops >= captured" >> "$log"
     fi
     echo "--- checks: softroce sent $sent packets, rxe rcvd_pkts +$delta, tap and netem drops +$tapd" >> "$log"
+    if [ -n "${post:-}" ] && ! "$post" after >> "$log" 2>&1; then
+        res=fail; echo "post-check $post failed" >> "$log"
+    fi
     # A failed run is run once more, and the table says so ("pass on 2nd run"): the guests are
     # TCG-emulated and share two cores with everything else, so a peer tool now and then fails
     # for reasons of its own (perftest calibrates its cycle counter against the clock and gives
@@ -615,6 +621,42 @@ if [ -n "${LOSS5_MIRROR:-}" ]; then
 fi
 "$RIG" netem 1 off >/dev/null
 LOSS_IN=""
+# ---- fault injection on softroce's side (issue 27), no netem: --faults / SOFTROCE_FAULTS
+# loses, duplicates and reorders what softroce sends and receives. The faults are on the wire:
+# rxe's own hw_counters show the gaps and duplicates it received (out_of_seq_request,
+# duplicate_request) and its retransmissions of what softroce lost on receipt
+# (completer_retry_err), in every run. softroce rc-pingpong in both roles, and Debian's
+# ibv_rc_pingpong through the drop-in library (4 KiB x 100, each about 10-15 s in the TCG guest).
+FAULTS="seed=1,loss=3%,dup=2%,reorder=2%"
+FAULTKEYS="duplicate_request|out_of_seq_request|completer_retry_err"
+# faults_seen before|after: after, each of FAULTKEYS (or the row's faultkeys) grew since before.
+faults_seen() {
+    "$RIG" counters 1 | awk -v k="^(${faultkeys:-$FAULTKEYS})\$" '$1 ~ k' > "$OUT/faults.$1"
+    [ "$1" = before ] && return 0
+    echo "--- rxe hw_counters during the run:"
+    awk 'NR == FNR { b[$1] = $2; next } { d = $2 - b[$1]; printf "%s +%d\n", $1, d; if (d <= 0) bad = 1 }
+        END { exit bad }' "$OUT/faults.before" "$OUT/faults.after"
+}
+"$RIG" counters 1 | awk -v k="^($FAULTKEYS)\$" '$1 ~ k' > "$OUT/faults.all.before"
+post=faults_seen rxe_port=18515 run "faults-pp-sr2rxe" 1024 "softroce --faults $FAULTS" ibv_rc_pingpong "SEND 4096 B" "softroce → rxe" server \
+    "ibv_rc_pingpong -g 1 -s 4096 -n 100 -c" "$SR rc-pingpong --faults $FAULTS -d $HOST -g 1 -s 4096 -n 100 -c $VM" "$PP_OK"
+post=faults_seen rxe_port=18515 run "faults-pp-rxe2sr" 1024 "softroce --faults $FAULTS" ibv_rc_pingpong "SEND 4096 B" "rxe → softroce" client \
+    "ibv_rc_pingpong -g 1 -s 4096 -n 100 -c $HOST" "$SR rc-pingpong --faults $FAULTS -d $HOST -g 1 -s 4096 -n 100 -c" "$PP_OK"
+# Debian's ibv_rc_pingpong exits the moment its last completion arrives, and with it its
+# device: had the fault layer lost its last ACK, rxe (whose retry_cnt 7 retries forever) would
+# retransmit to nobody and never finish — what any program that exits that way risks on a lossy
+# link (softroce's own tools linger: docs/faults.md). So this row loses only what softroce
+# receives: rxe retransmits what was lost (completer_retry_err) and sees softroce's
+# retransmissions of what was lost of its ACKs (duplicate_request).
+RXFAULTS="seed=1,dir=rx,loss=3%,dup=2%,reorder=2%"
+if LIBDIR=$("$SR" lib-path 2>/dev/null); then
+    faultkeys="duplicate_request|completer_retry_err" post=faults_seen rxe_port=18515 run "faults-abi-pp-sr2rxe" 1024 "SOFTROCE_FAULTS=$RXFAULTS" "ibv_rc_pingpong (drop-in lib)" "SEND 4096 B" "softroce → rxe" server \
+        "ibv_rc_pingpong -g 1 -s 4096 -n 100 -c" \
+        "env SOFTROCE_DEVICES=$HOST SOFTROCE_FAULTS=$RXFAULTS LD_LIBRARY_PATH=$LIBDIR ibv_rc_pingpong -d softroce0 -g 1 -s 4096 -n 100 -c $VM" "$PP_OK"
+fi
+"$RIG" counters 1 | awk -v k="^($FAULTKEYS)\$" '$1 ~ k' > "$OUT/faults.all.after"
+faultctr=$(awk 'NR == FNR { b[$1] = $2; next } { printf "%s +%d, ", $1, $2 - b[$1] }' \
+    "$OUT/faults.all.before" "$OUT/faults.all.after" | sed 's/, $//')
 fi
 
 # ---- one host address, two host processes (docs/design/shared-device.md): Debian's programs
@@ -739,6 +781,7 @@ fi
     cat "$OUT/rows.txt"
     echo
     echo "Kernel rxe hw_counters during the loss runs: $retries"
+    echo "Kernel rxe hw_counters during the fault-injection runs (softroce --faults / SOFTROCE_FAULTS, no netem): ${faultctr:-(none run)}"
     echo "Runs: $PASS passed ($(ls "$OUT"/*.log.first 2>/dev/null | wc -l) of them on a 2nd run), $FAIL failed, $(( $(date +%s) - T0 )) s ($(date -u +%Y-%m-%d), $(uname -r) host, guest kernel $(cat "$W/kver" 2>/dev/null))."
 } > "$OUT/summary.md"
 cat "$OUT/summary.md"

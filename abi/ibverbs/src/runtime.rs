@@ -200,6 +200,21 @@ fn config(spec: &DeviceSpec, address: &str, name: &str) -> DeviceConfig {
     cfg
 }
 
+/// With `RUST_LOG` set (e.g. `RUST_LOG=softroce::faults=debug` for the faults
+/// `SOFTROCE_FAULTS` injects, `RUST_LOG=softroce=debug` for the whole story, as the `softroce`
+/// tools log), softroce's `tracing` events go to stderr; otherwise nothing is logged.
+fn init_logging() {
+    if let Ok(filter) = std::env::var("RUST_LOG")
+        && !filter.trim().is_empty()
+    {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .try_init();
+    }
+}
+
 /// Prints a one-line warning on stderr, as the real library does for configuration problems.
 pub fn warn(msg: &str) {
     eprintln!("libibverbs (softroce): {msg}");
@@ -210,6 +225,7 @@ static DEVICES: OnceLock<Vec<&'static SrDevice>> = OnceLock::new();
 /// The device list of this process (built once, from `SOFTROCE_DEVICES` or the default).
 pub fn devices() -> &'static [&'static SrDevice] {
     DEVICES.get_or_init(|| {
+        init_logging();
         let specs = match std::env::var("SOFTROCE_DEVICES") {
             Ok(s) => parse_devices(&s),
             Err(_) => default_devices(),
@@ -254,6 +270,13 @@ pub struct DevRt {
 
 impl DevRt {
     fn new(dev: &'static SrDevice, at: Option<IpAddr>) -> Result<DevRt, Errno> {
+        // A malformed fault SPEC is refused here, when the application opens the device
+        // (`ibv_open_device` fails with EINVAL), not later at its first object.
+        if let Some(Err(e)) = softroce::faults::default_spec().map(|s| softroce::faults::FaultSpec::parse(&s))
+        {
+            warn(&format!("{}: SOFTROCE_FAULTS refused: {e}", dev.name));
+            return Err(libc::EINVAL);
+        }
         let (address, reservation, claimed) = if dev.auto_loopback {
             let (ip, sock) = match at {
                 Some(ip) => {

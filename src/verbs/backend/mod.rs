@@ -7,11 +7,17 @@
 //!   full strength and DSCP/ECN and the other header fields are set exactly.
 //! - [`memory`]: an in-process network of devices joined by the transport simulator's lossy
 //!   link, for tests that run the full verbs path with loss.
+//!
+//! Any of them can be wrapped in the `faults` decorator, which applies a fault SPEC to the
+//! packets that pass through it (`SOFTROCE_FAULTS`, `DeviceConfig::faults`).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
+pub(crate) mod bpf;
+pub(crate) mod faults;
+pub(crate) mod filter;
 pub mod memory;
 pub(crate) mod neigh;
 pub mod raw;
@@ -48,6 +54,9 @@ pub(crate) struct Outgoing<'a> {
     pub hop_limit: u8,
     /// IPv6 flow label (backends that build the IP header).
     pub flow_label: u32,
+    /// The local QP that sent the packets (1: the GSI's MADs), for decorators that act per QP
+    /// (`faults`).
+    pub qpn: u32,
 }
 
 /// What the engine needs from a backend.
@@ -80,4 +89,14 @@ pub(crate) trait Backend: Send {
     /// Brings the counters the backend keeps outside the engine (the kernel's drops on the
     /// receive socket) up to date; called before counters are read or published.
     fn refresh_counters(&mut self) {}
+    /// Restricts the backend's kernel receive filter to datagrams for the QPs in `qpns`
+    /// (besides its other checks, see [`filter`]); false if it has no such filter.
+    fn admit_qpns(&mut self, _qpns: &filter::QpnSet) -> bool {
+        false
+    }
+    /// How many datagrams one the engine finds to be junk stands for: the sampling rate of
+    /// the backend's kernel filter ([`filter::SAMPLE`]), 1 without one.
+    fn junk_weight(&self) -> u64 {
+        1
+    }
 }

@@ -67,6 +67,11 @@ use std::sync::atomic::Ordering;
 
 use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header, UdpHeader};
 
+use super::bpf::{
+    Insn, JSET, LD_B_ABS, LD_H_ABS, LD_H_IND, LD_W_ABS, LDX_B_MSH, LDX_IMM, RET, Target, assemble,
+    attach_filter, goto, jeq, label, op,
+};
+use super::filter;
 use super::neigh::Neighbours;
 use super::{Backend, Datagram, Outgoing};
 use crate::verbs::device::RxCounters;
@@ -142,88 +147,23 @@ pub(crate) struct RawBackend {
     hdrs: Vec<[u8; ETH + 40 + 8]>,
 }
 
-/// A classic BPF instruction with symbolic jump targets, resolved by [`assemble`].
-#[derive(Clone, Copy)]
-struct Insn {
-    code: u16,
-    jt: Target,
-    jf: Target,
-    k: u32,
-}
-
-#[derive(Clone, Copy, PartialEq)]
-enum Target {
-    Next,
-    Label(u8),
-}
-
-const LD_H_ABS: u16 = 0x28;
-const LD_W_ABS: u16 = 0x20;
-const LD_B_ABS: u16 = 0x30;
-const LD_H_IND: u16 = 0x48;
-const LDX_B_MSH: u16 = 0xb1;
-const JEQ: u16 = 0x15;
-const JSET: u16 = 0x45;
-const JA: u16 = 0x05;
-const RET: u16 = 0x06;
-/// Pseudo-instruction: a label.
-const LABEL: u16 = 0xffff;
-
-const L_V4: u8 = 0;
-const L_V4OK: u8 = 1;
-const L_V6: u8 = 2;
-const L_V6OK: u8 = 3;
-const L_ACCEPT: u8 = 4;
-const L_DROP: u8 = 5;
+const L_V4: u32 = 0;
+const L_V4OK: u32 = 1;
+const L_V6: u32 = 2;
+const L_V6OK: u32 = 3;
+const L_ACCEPT: u32 = 4;
+const L_DROP: u32 = 5;
+/// The RoCE checks of the UDP payload ([`filter::roce_checks`]), X the IP header's length.
+const L_ROCE: u32 = 6;
+/// What the RoCE checks reject: a sample for the engine to count, the rest dropped.
+const L_JUNK: u32 = 7;
 /// Labels from here on: "try the next IPv6 address".
-const L_NEXT6: u8 = 6;
-
-fn op(code: u16, k: u32) -> Insn {
-    Insn { code, jt: Target::Next, jf: Target::Next, k }
-}
-fn jeq(k: u32, jt: Target, jf: Target) -> Insn {
-    Insn { code: JEQ, jt, jf, k }
-}
-fn label(l: u8) -> Insn {
-    Insn { code: LABEL, jt: Target::Next, jf: Target::Next, k: l as u32 }
-}
-fn goto(l: u8) -> Insn {
-    Insn { code: JA, jt: Target::Next, jf: Target::Next, k: l as u32 }
-}
-
-/// Resolves labels into relative jumps. `None` if a jump does not fit in a byte (too many
-/// addresses for one filter).
-fn assemble(prog: &[Insn]) -> Option<Vec<libc::sock_filter>> {
-    let mut at = std::collections::HashMap::new();
-    let mut n = 0usize;
-    for i in prog {
-        if i.code == LABEL {
-            at.insert(i.k as u8, n);
-        } else {
-            n += 1;
-        }
-    }
-    let mut out = Vec::with_capacity(n);
-    for i in prog.iter().filter(|i| i.code != LABEL) {
-        let here = out.len() + 1;
-        let rel = |t: Target| -> Option<u8> {
-            match t {
-                Target::Next => Some(0),
-                Target::Label(l) => u8::try_from(at.get(&l)?.checked_sub(here)?).ok(),
-            }
-        };
-        let (jt, jf, k) = if i.code == JA {
-            (0, 0, at.get(&(i.k as u8))?.checked_sub(here)? as u32)
-        } else {
-            (rel(i.jt)?, rel(i.jf)?, i.k)
-        };
-        out.push(libc::sock_filter { code: i.code, jt, jf, k });
-    }
-    Some(out)
-}
+const L_NEXT6: u32 = 8;
 
 /// The receive filter: UDP to `port` at one of `ips`, not fragmented, no IPv6 extension
-/// header, untagged Ethernet.
+/// header, untagged Ethernet, and a UDP payload that can be a RoCEv2 packet
+/// ([`filter::roce_checks`]; a random 1 in [`filter::SAMPLE`] of those that cannot is let
+/// through for the engine to count).
 fn filter(ips: &[IpAddr], port: u16) -> Option<Vec<libc::sock_filter>> {
     use Target::{Label as L, Next};
     let mut p = vec![
@@ -247,7 +187,8 @@ fn filter(ips: &[IpAddr], port: u16) -> Option<Vec<libc::sock_filter>> {
         Insn { code: JSET, jt: L(L_DROP), jf: Next, k: 0x3fff }, // MF or a fragment offset
         op(LDX_B_MSH, ETH as u32),
         op(LD_H_IND, ETH as u32 + 2),
-        jeq(port as u32, L(L_ACCEPT), L(L_DROP)),
+        jeq(port as u32, Next, L(L_DROP)),
+        goto(L_ROCE),
         label(L_V6),
         op(LD_B_ABS, ETH as u32 + 6),
         jeq(17, Next, L(L_DROP)),
@@ -269,28 +210,24 @@ fn filter(ips: &[IpAddr], port: u16) -> Option<Vec<libc::sock_filter>> {
         goto(L_DROP),
         label(L_V6OK),
         op(LD_H_ABS, (ETH + 40 + 2) as u32),
-        jeq(port as u32, L(L_ACCEPT), L(L_DROP)),
-        label(L_ACCEPT),
-        op(RET, 0x0004_0000),
-        label(L_DROP),
-        op(RET, 0),
+        jeq(port as u32, Next, L(L_DROP)),
+        op(LDX_IMM, 40),
+        label(L_ROCE),
     ]);
+    // The same checks of the RoCE packet as a UDP backend's socket filter, the UDP header at
+    // X + ETH (X: the IPv4 header's length, or 40).
+    p.extend(filter::roce_checks(
+        ETH as u32,
+        filter::UdpLen::Header,
+        None,
+        L_ACCEPT,
+        L_JUNK,
+        filter::ROCE_LABELS,
+    ));
+    p.push(label(L_JUNK));
+    p.extend(filter::sample_or_drop(filter::SAMPLE, L_ACCEPT));
+    p.extend([label(L_ACCEPT), op(RET, 0x0004_0000), label(L_DROP), op(RET, 0)]);
     assemble(&p)
-}
-
-fn attach_filter(fd: i32, prog: &[libc::sock_filter]) -> io::Result<()> {
-    let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr() as *mut _ };
-    // SAFETY: `fprog` points at `prog`, which outlives the call; the kernel copies the program.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_ATTACH_FILTER,
-            (&fprog as *const libc::sock_fprog).cast(),
-            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
-        )
-    };
-    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
 fn set_int(fd: i32, level: i32, name: i32, v: i32) -> io::Result<()> {
@@ -929,6 +866,11 @@ impl Backend for RawBackend {
         self.port
     }
 
+    fn junk_weight(&self) -> u64 {
+        // The frame filter lets a random 1 in SAMPLE of the junk it rejects through.
+        u64::from(filter::SAMPLE)
+    }
+
     fn refresh_counters(&mut self) {
         // The packet socket's drops since the last look (reading resets them).
         let mut st = libc::tpacket_stats { tp_packets: 0, tp_drops: 0 };
@@ -1337,25 +1279,37 @@ mod tests {
             (Err(e), _) | (_, Err(e)) => panic!("{e:?}"),
         };
         assert!(a.ring.is_some() && b.ring.is_none());
-        let run: Vec<u8> = (0..16 * 4096).map(|i| (i * 7 + i / 4096) as u8).collect();
+        let mut run: Vec<u8> = (0..16 * 4096).map(|i| (i * 7 + i / 4096) as u8).collect();
+        // Every packet must look like RoCE to the receive filter: an RC SEND Middle BTH
+        // (version 0, default P_Key) at the start of each.
+        for seg in run.chunks_mut(4096) {
+            seg[..4].copy_from_slice(&[0x01, 0x00, 0xff, 0xff]);
+        }
         exchange(&mut a, &mut b, &run);
         exchange(&mut b, &mut a, &run);
+
+        // Junk (a P_Key outside the default partition, a reserved opcode, a pad that cannot
+        // fit, too short): the frame filter drops it but for a random 1 in SAMPLE.
+        let junk: [&[u8]; 4] = [
+            &[0x01, 0x00, 0x00, 0x01, 0, 0, 0, 0x11, 0, 0, 0, 0, 1, 2, 3, 4],
+            &[0x1f, 0x00, 0xff, 0xff, 0, 0, 0, 0x11, 0, 0, 0, 0, 1, 2, 3, 4],
+            &[0x11, 0x30, 0xff, 0xff, 0, 0, 0, 0x11, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4],
+            &[0x01, 0x00, 0xff, 0xff, 0, 0, 0, 0x11],
+        ];
+        for k in 0..400 {
+            send_one(&mut b, &a, junk[k % 4]);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let mut got = 0;
+        while a.recv(&mut |_| got += 1).unwrap() > 0 {}
+        // 400 / 64 ≈ 6 expected; 30 is beyond any chance.
+        assert!(got < 30, "{got} of 400 junk frames passed the filter");
 
         // More frames than the ring has slots, none read meanwhile: the kernel drops the rest
         // and says so in PACKET_STATISTICS; every frame is either received or counted.
         let sent = Ring::FRAMES + 60;
         for _ in 0..sent {
-            let out = Outgoing {
-                dst: SocketAddr::new(a.ips[0], a.port),
-                src_ip: b.ips[0],
-                src_port: 0xc000,
-                contents: &run[..64],
-                segment_size: 64,
-                tos: 0,
-                hop_limit: 64,
-                flow_label: 0,
-            };
-            b.send(out).unwrap();
+            send_one(&mut b, &a, &run[..64]);
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
         let mut got = 0;
@@ -1363,6 +1317,22 @@ mod tests {
         a.refresh_counters();
         let drops = a.rx.socket_drops.load(Ordering::Relaxed) as usize;
         assert_eq!((got, drops), (Ring::FRAMES, sent - Ring::FRAMES));
+    }
+
+    /// One packet of `contents` from `tx` to `rx`.
+    fn send_one(tx: &mut RawBackend, rx: &RawBackend, contents: &[u8]) {
+        let out = Outgoing {
+            dst: SocketAddr::new(rx.ips[0], rx.port),
+            src_ip: tx.ips[0],
+            src_port: 0xc000,
+            contents,
+            segment_size: contents.len(),
+            tos: 0,
+            hop_limit: 64,
+            flow_label: 0,
+            qpn: 0,
+        };
+        tx.send(out).unwrap();
     }
 
     /// One packet, then a 64 KiB GSO run, from `tx` to `rx`: all of it arrives, once, whole.
@@ -1378,6 +1348,7 @@ mod tests {
                 tos: 0,
                 hop_limit: 64,
                 flow_label: 0,
+                qpn: 0,
             };
             tx.send(out).unwrap();
             let mut got: Vec<Vec<u8>> = Vec::new();
@@ -1400,7 +1371,7 @@ mod tests {
         let ips: Vec<IpAddr> =
             vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap(), "fe80::1".parse().unwrap()];
         let p = filter(&ips, 4791).unwrap();
-        assert!(p.len() < 64);
+        assert!(p.len() < 256, "{} instructions", p.len());
         // The last two instructions return: accept, drop.
         assert_eq!((p[p.len() - 2].code, p[p.len() - 2].k), (RET, 0x40000));
         assert_eq!((p[p.len() - 1].code, p[p.len() - 1].k), (RET, 0));

@@ -41,6 +41,22 @@ use crate::wire::cm::Recipient;
 use msg::Msg;
 use steer::SocketMap;
 
+/// What `cargo bench --bench throughput -- shared` needs to measure the kernel's side of the
+/// steering in isolation: not part of the API.
+#[doc(hidden)]
+pub mod bench {
+    /// The steering program for a group whose socket `i` belongs to `(slot, engine)`
+    /// `owners[i]`.
+    pub fn steering_program(owners: &[(u8, u16)]) -> Vec<libc::sock_filter> {
+        super::steer::program(&super::steer::SocketMap { owners: owners.to_vec() })
+    }
+
+    /// Attaches `prog` to the `SO_REUSEPORT` group of `s`.
+    pub fn attach(s: &socket2::Socket, prog: &[libc::sock_filter]) -> std::io::Result<()> {
+        crate::verbs::backend::udp::attach_program(s, prog)
+    }
+}
+
 /// Members an address can have (slots 0..63).
 pub(crate) const MAX_SLOTS: usize = 64;
 /// A QP number's slot: bits 23..18 (2^18 numbers per member).

@@ -143,6 +143,18 @@ pub fn listens_in(table: &str, port: u16) -> bool {
 /// Starts `prog -d softroce0 <args> [server]` on device `dev` (one explicit address) with
 /// our library.
 pub fn spawn(dir: &Path, prog: &str, dev: &str, args: &[&str], server: Option<&str>) -> Child {
+    spawn_env(dir, prog, dev, &[], args, server)
+}
+
+/// [`spawn`] with more environment variables.
+pub fn spawn_env(
+    dir: &Path,
+    prog: &str,
+    dev: &str,
+    env: &[(&str, &str)],
+    args: &[&str],
+    server: Option<&str>,
+) -> Child {
     let mut c = Command::new(prog);
     c.args(["-d", "softroce0"]).args(args);
     if let Some(s) = server {
@@ -150,6 +162,7 @@ pub fn spawn(dir: &Path, prog: &str, dev: &str, args: &[&str], server: Option<&s
     }
     c.env("LD_LIBRARY_PATH", dir)
         .env("SOFTROCE_DEVICES", dev)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -103,6 +103,11 @@ pub fn roce_bound(ip: &str) -> bool {
 
 /// Starts `prog <args>` with our libraries and device `dev`.
 pub fn spawn(dir: &Path, dev: &str, prog: &str, args: &[&str]) -> Child {
+    spawn_env(dir, dev, &[], prog, args)
+}
+
+/// [`spawn`] with more environment variables.
+pub fn spawn_env(dir: &Path, dev: &str, env: &[(&str, &str)], prog: &str, args: &[&str]) -> Child {
     // Unbuffered stdout (stdbuf), so that a run killed at the time limit still shows how far
     // it came.
     Command::new("stdbuf")
@@ -110,6 +115,7 @@ pub fn spawn(dir: &Path, dev: &str, prog: &str, args: &[&str]) -> Child {
         .args(args)
         .env("LD_LIBRARY_PATH", dir)
         .env("SOFTROCE_DEVICES", dev)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
