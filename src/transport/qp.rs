@@ -788,8 +788,11 @@ impl Qp {
         let to = u.state.unwrap_or(from);
         let rc = self.qp_type == QpType::Rc;
         let ud = self.qp_type == QpType::Ud;
-        // (required, allowed) attribute names for each legal transition.
+        // (required, allowed) attribute names for each legal transition (the kernel's
+        // `ib_modify_qp_is_ok` table: a transition to RESET or ERR takes no attribute, and a
+        // QP in RESET can only go to INIT or stay).
         let (required, allowed): (&[&str], &[&str]) = match (from, to) {
+            (S::Reset, S::Err) => return Err(ModifyError::InvalidTransition { from, to }),
             (_, S::Reset) | (_, S::Err) => (&[], &[]),
             (S::Reset, S::Init) => {
                 if ud {
@@ -838,19 +841,24 @@ impl Qp {
             (S::Rts, S::Sqd) => (&[], &[]),
             (S::Sqd, S::Sqd) => (
                 &[],
-                &[
-                    "av",
-                    "timeout",
-                    "retry_cnt",
-                    "rnr_retry",
-                    "max_rd_atomic",
-                    "max_dest_rd_atomic",
-                    "access",
-                    "min_rnr_timer",
-                    "qkey",
-                    "port",
-                    "pkey_index",
-                ],
+                if rc {
+                    &[
+                        "av",
+                        "timeout",
+                        "retry_cnt",
+                        "rnr_retry",
+                        "max_rd_atomic",
+                        "max_dest_rd_atomic",
+                        "access",
+                        "min_rnr_timer",
+                        "port",
+                        "pkey_index",
+                    ]
+                } else if ud {
+                    &["qkey", "pkey_index"]
+                } else {
+                    &["av", "access", "pkey_index"]
+                },
             ),
             (S::Sqe, S::Rts) if !rc => (&[], if ud { &["qkey"] } else { &["access"] }),
             _ => return Err(ModifyError::InvalidTransition { from, to }),
@@ -873,11 +881,7 @@ impl Qp {
             ("pkey_index", u.pkey_index),
         ];
         for (name, present) in given {
-            if present
-                && !required.contains(&name)
-                && !allowed.contains(&name)
-                && !matches!(to, S::Reset | S::Err)
-            {
+            if present && !required.contains(&name) && !allowed.contains(&name) {
                 return Err(ModifyError::UnexpectedAttribute(name));
             }
         }

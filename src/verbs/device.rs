@@ -584,16 +584,18 @@ impl Drop for EngineHandle {
     }
 }
 
-/// A device that does not keep its engine running (the RDMA CM's registry and new ids).
+/// A device that does not keep its engine running ([`Device::downgrade`]): the RDMA CM's
+/// registry and new ids, and the drop-in library, which adopts a device's running engine for a
+/// context opened while objects of an earlier one still hold it.
 #[derive(Clone)]
-pub(crate) struct WeakDevice {
+pub struct WeakDevice {
     shared: std::sync::Weak<DeviceShared>,
     engine: std::sync::Weak<EngineHandle>,
 }
 
 impl WeakDevice {
     /// The device, if it is still open.
-    pub(crate) fn upgrade(&self) -> Option<Device> {
+    pub fn upgrade(&self) -> Option<Device> {
         Some(Device { shared: self.shared.upgrade()?, _engine: self.engine.upgrade()? })
     }
     /// Whether the device is still open.
@@ -1035,7 +1037,7 @@ impl Device {
     }
 
     /// The device without keeping it open.
-    pub(crate) fn downgrade(&self) -> WeakDevice {
+    pub fn downgrade(&self) -> WeakDevice {
         WeakDevice { shared: Arc::downgrade(&self.shared), engine: Arc::downgrade(&self._engine) }
     }
 

@@ -1336,12 +1336,14 @@ impl State {
             _ => 0,
         };
         // On a shared address the kernel hands every MAD to one member: the CM connection or
-        // listener it is for may be another's.
+        // listener it is for may be another's. A member that has just died (its connection
+        // broken before this engine heard) cannot take it: then the CM here answers, as for a
+        // service nobody listens on (a REQ refused at once, not after the peer's retries).
         if origin == Origin::Socket
             && let Some(share) = &self.shared.share
             && let super::share::Owner::Peer(i, slot) = share.owner_of_mad(p.payload(), d.dst)
+            && share.pass_on(i, slot, d)
         {
-            share.pass_on(i, slot, d);
             return;
         }
         let from = MadAddr {

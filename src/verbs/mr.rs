@@ -34,8 +34,9 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 
 use crate::transport::{Access, AtomicOp, Lkey, MemError, Memory, MwBind, RemoteAddr, Rkey};
 
-/// The bytes of a region as atomic words plus, for borrowed memory whose length is not a
-/// multiple of eight, a tail of atomic bytes that no word overlaps.
+/// The bytes of a region as atomic words plus, for borrowed memory that does not start or end
+/// on an 8-byte boundary, a head and a tail of atomic bytes that no word overlaps. Offsets are
+/// the region's; the words start at offset `head_len`.
 pub(crate) struct AtomicBytes {
     storage: Storage,
     len: usize,
@@ -43,7 +44,16 @@ pub(crate) struct AtomicBytes {
 
 enum Storage {
     Owned(Box<[AtomicU64]>),
-    Borrowed { ptr: *const AtomicU64, words: usize, tail: *const AtomicU8, tail_len: usize },
+    Borrowed {
+        /// The first byte of the region.
+        base: *mut u8,
+        /// The bytes before the first aligned word (0 to 7).
+        head_len: usize,
+        ptr: *const AtomicU64,
+        words: usize,
+        tail: *const AtomicU8,
+        tail_len: usize,
+    },
 }
 
 // SAFETY: the storage is only ever accessed through atomic operations (or through the
@@ -73,19 +83,37 @@ impl AtomicBytes {
     }
 
     /// # Safety
-    /// `ptr` must be 8-byte aligned, valid for reads and writes of `len` bytes for as long as
-    /// the returned value lives, and only accessed atomically (or exclusively) meanwhile.
+    /// `ptr` must be valid for reads and writes of `len` bytes for as long as the returned
+    /// value lives, and only accessed atomically (or exclusively) meanwhile. It need not be
+    /// aligned: the bytes before the first 8-byte boundary are a head of loose bytes.
     unsafe fn borrowed(ptr: *mut u8, len: usize) -> AtomicBytes {
-        let words = len / 8;
+        let head_len = ptr.align_offset(8).min(len);
+        let words = (len - head_len) / 8;
+        // SAFETY: `head_len <= len`: inside (or at the end of) the caller's allocation.
+        let aligned = unsafe { ptr.add(head_len) };
         AtomicBytes {
             storage: Storage::Borrowed {
-                ptr: ptr as *const AtomicU64,
+                base: ptr,
+                head_len,
+                ptr: aligned as *const AtomicU64,
                 words,
                 // SAFETY: the tail starts inside (or at the end of) the caller's allocation.
-                tail: unsafe { ptr.add(words * 8) } as *const AtomicU8,
-                tail_len: len - words * 8,
+                tail: unsafe { aligned.add(words * 8) } as *const AtomicU8,
+                tail_len: len - head_len - words * 8,
             },
             len,
+        }
+    }
+
+    /// The loose bytes before the first aligned word (borrowed, unaligned memory only).
+    fn head(&self) -> &[AtomicU8] {
+        match &self.storage {
+            Storage::Owned(_) => &[],
+            // SAFETY: `base` is valid for `head_len` bytes before the first word (see
+            // `borrowed`); `AtomicU8` has the layout of `u8`.
+            Storage::Borrowed { base, head_len, .. } => unsafe {
+                std::slice::from_raw_parts(*base as *const AtomicU8, *head_len)
+            },
         }
     }
 
@@ -112,7 +140,7 @@ impl AtomicBytes {
     fn as_ptr(&self) -> *mut u8 {
         match &self.storage {
             Storage::Owned(b) => b.as_ptr() as *mut u8,
-            Storage::Borrowed { ptr, .. } => *ptr as *mut u8,
+            Storage::Borrowed { base, .. } => *base,
         }
     }
 
@@ -127,6 +155,18 @@ impl AtomicBytes {
 
     /// Copies `dst.len()` bytes starting at byte `off` (bounds checked by the caller).
     pub(crate) fn read(&self, off: usize, dst: &mut [u8]) {
+        let head = self.head();
+        let n = head.len().saturating_sub(off).min(dst.len());
+        for (d, h) in dst[..n].iter_mut().zip(&head[off.min(head.len())..]) {
+            *d = h.load(Relaxed);
+        }
+        if n < dst.len() {
+            self.read_words(off + n - head.len(), &mut dst[n..]);
+        }
+    }
+
+    /// [`AtomicBytes::read`] from the first word on (`off` counted from it).
+    fn read_words(&self, off: usize, dst: &mut [u8]) {
         let words = self.words();
         let word_bytes = words.len() * 8;
         let (mut pos, mut out) = (off, 0);
@@ -177,6 +217,18 @@ impl AtomicBytes {
     /// Writes `src` starting at byte `off` (bounds checked by the caller). Whole words are
     /// stored; partial words are merged (see `merge`).
     pub(crate) fn write(&self, off: usize, src: &[u8]) {
+        let head = self.head();
+        let n = head.len().saturating_sub(off).min(src.len());
+        for (s, h) in src[..n].iter().zip(&head[off.min(head.len())..]) {
+            h.store(*s, Relaxed);
+        }
+        if n < src.len() {
+            self.write_words(off + n - head.len(), &src[n..]);
+        }
+    }
+
+    /// [`AtomicBytes::write`] from the first word on (`off` counted from it).
+    fn write_words(&self, off: usize, src: &[u8]) {
         let words = self.words();
         let word_bytes = words.len() * 8;
         let (mut pos, mut done) = (off, 0);
@@ -220,12 +272,14 @@ impl AtomicBytes {
         }
     }
 
-    /// The aligned word at byte `off`, if `off` is a multiple of 8 inside the words.
+    /// The word at byte `off`, if an aligned word of memory starts there (8-byte aligned
+    /// addresses: RDMA atomics need them).
     pub(crate) fn word(&self, off: usize) -> Option<&AtomicU64> {
-        if !off.is_multiple_of(8) || off + 8 > self.len {
+        let w = off.checked_sub(self.head().len())?;
+        if !w.is_multiple_of(8) || off + 8 > self.len {
             return None;
         }
-        self.words().get(off / 8)
+        self.words().get(w / 8)
     }
 }
 
@@ -965,6 +1019,27 @@ mod tests {
         assert!(b.word(8).is_some());
     }
 
+    #[test]
+    fn borrowed_unaligned_head() {
+        let mut backing = vec![0u64; 4];
+        let base = backing.as_mut_ptr() as *mut u8;
+        // SAFETY: 27 valid bytes from offset 3, accessed only through `b` in this test.
+        let b = unsafe { AtomicBytes::borrowed(base.add(3), 27) };
+        assert_eq!(b.addr(), base as u64 + 3);
+        let data: Vec<u8> = (1..28).collect();
+        b.write(0, &data);
+        let mut out = vec![0; 27];
+        b.read(0, &mut out);
+        assert_eq!(out, data);
+        b.read(2, &mut out[..4]);
+        assert_eq!(&out[..4], &[3, 4, 5, 6]);
+        // Words only where memory is 8-byte aligned: region offsets 5, 13; not 0 or 8.
+        assert!(b.word(0).is_none() && b.word(8).is_none() && b.word(3).is_none());
+        assert!(b.word(5).is_some() && b.word(13).is_some());
+        assert!(b.word(21).is_none(), "a word past the end");
+        assert_eq!(b.word(5).unwrap().load(Relaxed).to_ne_bytes(), [6, 7, 8, 9, 10, 11, 12, 13]);
+    }
+
     proptest::proptest! {
         /// Reads and writes at any offset and length behave like a plain byte vector, for
         /// owned storage and for borrowed storage with a tail of loose bytes.
@@ -972,12 +1047,14 @@ mod tests {
         fn behaves_like_a_vec(
             len in 1usize..200,
             borrowed in proptest::bool::ANY,
+            shift in 0usize..8,
             ops in proptest::collection::vec((0usize..200, 0usize..80, proptest::num::u8::ANY, proptest::bool::ANY), 1..40),
         ) {
-            let mut backing = vec![0u64; len.div_ceil(8)];
+            let mut backing = vec![0u64; (len + shift).div_ceil(8)];
             let b = if borrowed {
-                // SAFETY: 8-aligned, `len` valid bytes, only accessed through `b` below.
-                unsafe { AtomicBytes::borrowed(backing.as_mut_ptr() as *mut u8, len) }
+                // SAFETY: `len` valid bytes from `shift` on (any alignment), only accessed
+                // through `b` below.
+                unsafe { AtomicBytes::borrowed((backing.as_mut_ptr() as *mut u8).add(shift), len) }
             } else {
                 AtomicBytes::owned(len).unwrap()
             };

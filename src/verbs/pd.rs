@@ -63,7 +63,7 @@ impl ProtectionDomain {
     /// Registers memory the caller owns, for zero-copy use.
     ///
     /// # Safety
-    /// `ptr` must be 8-byte aligned and valid for reads and writes of `len` bytes until the
+    /// `ptr` (any alignment) must be valid for reads and writes of `len` bytes until the
     /// returned region is dropped, and while it is registered the memory must only be
     /// accessed through the region (its atomic accessors) or not at all: the engine and remote
     /// peers write it from another thread at any time.
@@ -87,9 +87,6 @@ impl ProtectionDomain {
     ) -> Result<MemoryRegion> {
         if iova.checked_add(len as u64).is_none() {
             return Err(Error::InvalidArgument("iova + length overflows"));
-        }
-        if !(ptr as usize).is_multiple_of(8) {
-            return Err(Error::InvalidArgument("register_raw needs an 8-byte aligned pointer"));
         }
         self.check_mr_limit()?;
         // SAFETY: forwarded from this function's contract.

@@ -8,8 +8,9 @@
 #                                          UDP runs; default: both (the UDP matrix, then the
 #                                          raw subset, rows marked udp / raw)
 #
-# (rows: ibv_*_pingpong, perftest, labpeer, librdmacm's rping, udaddy and ucmatose, kvpeer, and
-# Debian's binaries through softroce's drop-in libibverbs.so.1 and librdmacm.so.1 on the host side)
+# (rows: ibv_*_pingpong, perftest, labpeer, librdmacm's rping, udaddy and ucmatose, kvpeer,
+# Debian's binaries through softroce's drop-in libibverbs.so.1 and librdmacm.so.1 on the host side,
+# and the differential conformance probe, tests/conformance)
 # Needs the softroce binary, examples and drop-in libraries built (MATRIX_BIN_DIR, default
 # target/release):
 #   cargo build --release --bin softroce --example lab --example kvstore && cargo build --release -p softroce-ibverbs -p softroce-rdmacm
@@ -562,6 +563,28 @@ for tool in send_bw send_lat; do
         silent=$sil perf_cm "perfcm-UD-$tool-$dir" $tool "-c UD, 1024 B" $dir "-c UD -x 1 -s 1024 -n 100" 18515
     done
 done
+
+# ---- the differential conformance probe (tests/conformance/probe.c): some 1500 libibverbs and
+# librdmacm calls with valid and invalid arguments, each side of its connections in one process,
+# against kernel rxe in guest 1 and against softroce's drop-in libraries on a veth device made
+# like the guest's (tests/conformance/run.sh); the outputs must be identical but for the reviewed
+# tests/conformance/allowlist.txt. No capture: its packets stay inside each side. About 90 s.
+"$RIG" mtu 1500 >/dev/null
+if [ -z "$FILTER" ] || [[ conformance == *"$FILTER"* ]]; then
+    t=$(date +%s)
+    cres=pass
+    CONF_BIN_DIR=$BIN CONF_WORK=$OUT/conformance "$REPO/tests/conformance/run.sh" rig "$OUT/conformance" > "$OUT/conformance.log" 2>&1 || cres=fail
+    csum=$(tail -1 "$OUT/conformance/compare.txt" 2>/dev/null | sed 's/^conformance: //')
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "probe.c (libibverbs + librdmacm)" "${csum:-no comparison}" "both ends in one process" 1024 none "$BACKEND" "$cres" "-" "-" >> "$OUT/rows.txt"
+    if [ "$cres" = pass ]; then
+        PASS=$((PASS + 1))
+    else
+        FAIL=$((FAIL + 1))
+        grep -A2 '^DIFF' "$OUT/conformance/compare.txt" >&2
+        tail -n 20 "$OUT/conformance.log" >&2
+    fi
+    say "conformance: $cres ($(( $(date +%s) - t )) s) $csum"
+fi
 
 # ---- loss: netem on the guest's egress and ingress (what either side sends is lost and
 # reordered; netem counts what it drops, so the rcvd_pkts check still holds)

@@ -32,12 +32,10 @@ pub unsafe fn ah_of<'a>(p: *const ibv_ah) -> Option<&'a Obj<ibv_ah, Ah>> {
 fn create(pd: *mut ibv_pd, attr: &ibv_ah_attr) -> Result<*mut ibv_ah, Errno> {
     // SAFETY: the caller passes a PD (or NULL).
     let p = unsafe { pd_of(pd) }.ok_or(libc::EINVAL)?;
-    if attr.port_num > 1 {
-        return Err(libc::EINVAL);
-    }
     let av = crate::qp::av_of(attr)?;
     let ah = p.rust.pd.create_ah(&av).map_err(|e| errno_of(&e))?;
     let c = ibv_ah { context: p.c.context, pd, handle: ah.id() };
+    p.rust.users.hold();
     Ok(Obj::into_c(c, AH_MAGIC, Ah { ah }))
 }
 
@@ -63,7 +61,9 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
 pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
     zero_or_errno(|| {
         // SAFETY: per the caller.
-        unsafe { Obj::<ibv_ah, Ah>::take(ah, AH_MAGIC) }.ok_or(libc::EINVAL)?;
+        let o = unsafe { Obj::<ibv_ah, Ah>::take(ah, AH_MAGIC) }.ok_or(libc::EINVAL)?;
+        // SAFETY: the object's own PD (or NULL).
+        unsafe { crate::pd::release_pd(o.c.pd) };
         Ok(())
     })
 }
@@ -88,11 +88,14 @@ fn grh_version(g: &[u8; 40]) -> Option<u8> {
     Some(if folded == 0xffff { 4 } else { 6 })
 }
 
-/// `ibv_init_ah_from_wc`: the reply address of a received UD (or RC) message: the source
+/// `ibv_init_ah_from_wc`: the reply address of a received UD (or RC) message, as libibverbs
+/// computes it: the attributes zeroed, then the flow label (the slot's first word), the
+/// completion's SLID, SL and path bits and `port`; with a GRH (`IBV_WC_GRH`), the source
 /// address of the IP header in the GRH slot (an IPv6 header, or RoCEv2's IPv4 header in its
-/// last 20 bytes, as an IPv4-mapped GID) as destination, the local address it was sent to as
-/// source (its index in our GID table). -1 with `EINVAL` without a GRH or for an address not
-/// ours, `EPROTONOSUPPORT` for a slot holding neither header.
+/// last 20 bytes, as an IPv4-mapped GID) as destination, the index of the address it was sent
+/// to in our GID table as source, the header's hop limit (TTL) and traffic class (TOS). -1
+/// with `EINVAL` for a multicast or unknown local address, `EPROTONOSUPPORT` for a slot holding
+/// neither header.
 ///
 /// # Safety
 /// `ctx` is a context of ours; `wc`, `grh` readable; `attr` writable.
@@ -106,51 +109,60 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
     zero_or_minus1(|| {
         // SAFETY: per the caller.
         let c = unsafe { crate::context::Context::from_ibv(ctx) }.ok_or(libc::EINVAL)?;
-        if wc.is_null() || grh.is_null() || attr.is_null() || port != 1 {
+        if wc.is_null() || grh.is_null() || attr.is_null() {
             return Err(libc::EINVAL);
         }
         // SAFETY: per the caller; a GRH slot is 40 readable bytes.
         let (w, raw) = unsafe { (*wc, grh.cast::<[u8; 40]>().read_unaligned()) };
-        if w.wc_flags & IBV_WC_GRH == 0 {
-            return Err(libc::EINVAL);
-        }
         let vtf = u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]);
-        let (sgid, dgid, traffic_class) = match grh_version(&raw).ok_or(libc::EPROTONOSUPPORT)? {
-            4 => {
-                let mapped = |b: &[u8]| {
-                    let ip = std::net::Ipv4Addr::new(b[0], b[1], b[2], b[3]);
-                    ip.to_ipv6_mapped().octets()
-                };
-                (mapped(&raw[32..36]), mapped(&raw[36..40]), raw[21])
+        // SAFETY: ibv_ah_attr is plain data: all-zero is valid.
+        let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
+        a.grh.flow_label = vtf & 0xf_ffff;
+        a.dlid = w.slid;
+        a.sl = w.sl;
+        a.src_path_bits = w.dlid_path_bits;
+        a.port_num = port;
+        let r = (|| {
+            if w.wc_flags & IBV_WC_GRH == 0 {
+                return Ok(());
             }
-            _ => {
-                let mut s = [0u8; 16];
-                let mut d = [0u8; 16];
-                s.copy_from_slice(&raw[8..24]);
-                d.copy_from_slice(&raw[24..40]);
-                (s, d, ((vtf >> 20) & 0xff) as u8)
-            }
-        };
-        let idx = c.rt.info.gids.iter().position(|gid| gid.0 == dgid).ok_or(libc::EINVAL)?;
-        // SAFETY: per the caller.
-        unsafe {
-            attr.write(ibv_ah_attr {
-                grh: ibv_global_route {
-                    dgid: ibv_gid { raw: sgid },
-                    flow_label: vtf & 0xf_ffff,
-                    sgid_index: idx as u8,
-                    hop_limit: 0xff,
-                    traffic_class,
-                },
-                dlid: w.slid,
-                sl: w.sl,
-                src_path_bits: w.dlid_path_bits,
-                static_rate: 0,
-                is_global: 1,
-                port_num: port,
-            })
-        };
-        Ok(())
+            a.is_global = 1;
+            let local = match grh_version(&raw).ok_or(libc::EPROTONOSUPPORT)? {
+                4 => {
+                    let ip = |b: &[u8]| std::net::Ipv4Addr::new(b[0], b[1], b[2], b[3]);
+                    let (src, dst) = (ip(&raw[32..36]), ip(&raw[36..40]));
+                    if dst.is_multicast() {
+                        return Err(libc::EINVAL);
+                    }
+                    a.grh.dgid = ibv_gid { raw: src.to_ipv6_mapped().octets() };
+                    a.grh.hop_limit = raw[28];
+                    a.grh.traffic_class = raw[21];
+                    dst.to_ipv6_mapped().octets()
+                }
+                _ => {
+                    let mut d = [0u8; 16];
+                    d.copy_from_slice(&raw[24..40]);
+                    if d[0] == 0xff {
+                        return Err(libc::EINVAL);
+                    }
+                    if raw[6] != libc::IPPROTO_UDP as u8 && raw[6] != 0x1b {
+                        return Err(libc::EPROTONOSUPPORT);
+                    }
+                    let mut sg = [0u8; 16];
+                    sg.copy_from_slice(&raw[8..24]);
+                    a.grh.dgid = ibv_gid { raw: sg };
+                    a.grh.hop_limit = raw[7];
+                    a.grh.traffic_class = ((vtf >> 20) & 0xff) as u8;
+                    d
+                }
+            };
+            let idx = c.rt.info.gids.iter().position(|gid| gid.0 == local).filter(|_| port == 1);
+            a.grh.sgid_index = idx.ok_or(libc::EINVAL)? as u8;
+            Ok(())
+        })();
+        // SAFETY: per the caller (written whatever the outcome, as libibverbs does).
+        unsafe { attr.write(a) };
+        r
     })
 }
 

@@ -36,6 +36,8 @@ pub struct Cq {
     /// The completion `start_poll`/`next_poll` made current (the `ibv_wc_read_*` readers'
     /// source). The caller serialises a CQ's extended polling, so the lock is uncontended.
     cur: parking_lot::Mutex<WorkCompletion>,
+    /// The QPs using the CQ (once per direction).
+    pub users: crate::object::Users,
 }
 
 /// The Rust side of a completion channel: its epoll descriptor.
@@ -90,6 +92,17 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> 
     })
 }
 
+/// Releases a QP's hold on a CQ (nothing for NULL or not ours).
+///
+/// # Safety
+/// `cq` is NULL or a QP's CQ pointer.
+pub unsafe fn release_cq(cq: *const ibv_cq) {
+    // SAFETY: per the caller: a CQ of ours cannot be destroyed while the QP holds it.
+    if let Some(o) = unsafe { cq_of(cq) } {
+        o.rust.users.release();
+    }
+}
+
 /// Makes a CQ: the C part (with its mutex and cond initialised in place) and the softroce CQ.
 pub(crate) fn create(
     ctx: *mut ibv_context,
@@ -134,8 +147,12 @@ pub(crate) fn create(
     cx.read_slid = Some(read_slid);
     cx.read_sl = Some(read_sl);
     cx.read_dlid_path_bits = Some(read_dlid_path_bits);
-    let rust =
-        Cq { cq, comp_events: AtomicU32::new(0), cur: parking_lot::Mutex::new(WorkCompletion::default()) };
+    let rust = Cq {
+        cq,
+        comp_events: AtomicU32::new(0),
+        cur: parking_lot::Mutex::new(WorkCompletion::default()),
+        users: Default::default(),
+    };
     let p = Obj::into_c(cx, CQ_MAGIC, rust);
     // SAFETY: p is a fresh, boxed (pinned) CQ; the pthread objects are initialised in place.
     unsafe {
@@ -179,8 +196,9 @@ pub unsafe extern "C" fn ibv_create_cq(
     ptr_or_errno(|| create(ctx, cqe, cq_context, channel, comp_vector).map(|p| p.cast::<ibv_cq>()))
 }
 
-/// `ibv_destroy_cq`: 0 or `EINVAL`. Waits, as rdma-core does, until every completion event and
-/// asynchronous event delivered for the CQ has been acknowledged.
+/// `ibv_destroy_cq`: 0, `EBUSY` while a QP uses the CQ (the kernel's answer), or `EINVAL`.
+/// Waits, as rdma-core does, until every completion event and asynchronous event delivered
+/// for the CQ has been acknowledged.
 ///
 /// # Safety
 /// `cq` is NULL or a CQ of ours, not used again on success.
@@ -188,6 +206,9 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     zero_or_errno(|| {
         // SAFETY: per the caller.
         let o = unsafe { cq_of(cq) }.ok_or(libc::EINVAL)?;
+        if o.rust.users.busy() {
+            return Err(libc::EBUSY);
+        }
         let channel = o.c.channel;
         if !channel.is_null() {
             // SAFETY: the CQ's channel was checked when the CQ was made and is live (it cannot
@@ -314,17 +335,19 @@ fn take_event(p: *mut ibv_cq_ex) -> Option<*mut ibv_cq_ex> {
     Some(p)
 }
 
-/// `ibv_ack_cq_events`: acknowledges `nevents` events of `ibv_get_cq_event` for `cq`.
+/// `ibv_ack_cq_events`: acknowledges `nevents` events of `ibv_get_cq_event` for `cq`: adds
+/// them to `cq->comp_events_completed` under `cq->mutex` and signals `cq->cond`, as rdma-core
+/// does for any CQ.
 ///
 /// # Safety
-/// `cq` is NULL or a CQ of ours.
+/// `cq` is NULL or an initialised `struct ibv_cq`.
 pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: libc::c_uint) {
     guard((), || {
-        // SAFETY: per the caller.
-        if unsafe { cq_of(cq) }.is_none() {
+        if cq.is_null() {
             return;
         }
-        // SAFETY: a live CQ of ours with its initialised mutex and cond.
+        // SAFETY: per the caller, a CQ (ours, or one the caller made) with its mutex and cond
+        // initialised; rdma-core counts under them the same way, whoever made the CQ.
         unsafe {
             crate::context::bump_under(
                 &raw mut (*cq).mutex,
@@ -355,10 +378,16 @@ pub fn wc_opcode(op: WcOpcode) -> u32 {
     }
 }
 
-/// `ibv_wc_flags` of a completion.
+/// Whether a completion is a receive's (the opcodes from `IBV_WC_RECV` on).
+fn is_recv(wc: &WorkCompletion) -> bool {
+    matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+}
+
+/// `ibv_wc_flags` of a completion. Every successful receive has `IBV_WC_GRH`: on RoCE each
+/// packet comes with its network header, and rxe flags it for RC and UC receives as for UD.
 pub fn wc_flags(wc: &WorkCompletion) -> u32 {
     let mut f = 0;
-    if wc.grh {
+    if wc.grh || (is_recv(wc) && wc.status == softroce::verbs::WcStatus::Success) {
         f |= IBV_WC_GRH;
     }
     if wc.imm_data.is_some() {
@@ -398,8 +427,9 @@ pub fn to_ibv_wc(wc: &WorkCompletion) -> ibv_wc {
         opcode: wc_opcode(wc.opcode),
         vendor_err: 0,
         byte_len: wc.byte_len,
+        // (a send completion's immediate data is 0, with IBV_WC_WITH_IMM, as rxe reports it)
         imm_data: match (wc.imm_data, wc.invalidated_rkey) {
-            (Some(i), _) => i.to_be(),
+            (Some(i), _) if is_recv(wc) => i.to_be(),
             (None, Some(k)) => k.value(),
             _ => 0,
         },
@@ -533,6 +563,10 @@ pub unsafe extern "C" fn create_cq_ex(
             return Err(libc::EOPNOTSUPP);
         }
         if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 && !a.parent_domain.is_null() {
+            return Err(libc::EOPNOTSUPP);
+        }
+        // (rdma-core's ibv_cmd_create_cq_ex: EOPNOTSUPP for a mask bit it does not know)
+        if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0 {
             return Err(libc::EOPNOTSUPP);
         }
         if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0

@@ -123,6 +123,7 @@ pub fn port_attr(rt: &DevRt) -> ibv_port_attr {
     (a.active_width, a.active_speed) = width_speed(speed);
     a.phys_state = 5; // LinkUp
     a.link_layer = IBV_LINK_LAYER_ETHERNET;
+    a.flags = 1; // IBV_QPF_GRH_REQUIRED: RoCE needs the GRH (rxe reports it)
     a
 }
 
@@ -164,17 +165,21 @@ pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
     unsafe { libc::free(list.cast()) };
 }
 
-/// `ibv_get_device_name`: `softroce<n>`, or NULL (`ENODEV`) for a device that is not ours.
+/// `ibv_get_device_name`: `device->name`, as rdma-core reads it — also of a `struct
+/// ibv_device` the caller made (unit tests mock device lists); NULL (`ENODEV`) for NULL, where
+/// rdma-core would crash.
 ///
 /// # Safety
-/// `dev` is NULL or from `ibv_get_device_list` (only compared, never read).
+/// `dev` is NULL or points to a `struct ibv_device`.
 pub unsafe extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
-    guard(std::ptr::null(), || match device_from_ibv(dev) {
-        Some(d) => d.ibv.name.as_ptr(),
-        None => {
+    guard(std::ptr::null(), || {
+        if dev.is_null() {
             set_errno(libc::ENODEV);
-            std::ptr::null()
+            return std::ptr::null();
         }
+        // SAFETY: per the caller, a device struct (ours or the caller's); only the field's
+        // address is taken.
+        unsafe { (&raw const (*dev).name).cast::<c_char>() }
     })
 }
 
@@ -413,7 +418,8 @@ pub unsafe extern "C" fn ibv_query_gid_type(
 /// The default (full-membership) P_Key, the only entry of the table.
 const DEFAULT_PKEY: u16 = 0xffff;
 
-/// `ibv_query_pkey`: index 0 of port 1 is 0xffff (big-endian); anything else -1, `EINVAL`.
+/// `ibv_query_pkey`: index 0 of port 1 is 0xffff (big-endian); any other index or port -1,
+/// `ENOENT` (rdma-core reads sysfs: no such file).
 ///
 /// # Safety
 /// `ctx` is a context; `pkey` is writable.
@@ -425,8 +431,12 @@ pub unsafe extern "C" fn ibv_query_pkey(
 ) -> c_int {
     zero_or_minus1(|| {
         context(ctx)?;
-        if port as u32 != PORT || index != 0 || pkey.is_null() {
+        if pkey.is_null() {
             return Err(libc::EINVAL);
+        }
+        // rdma-core reads ports/<port>/pkeys/<index> in sysfs: no such file is ENOENT.
+        if port as u32 != PORT || index != 0 {
+            return Err(libc::ENOENT);
         }
         // SAFETY: the caller's pkey is writable.
         unsafe { *pkey = DEFAULT_PKEY.to_be() };
@@ -434,14 +444,15 @@ pub unsafe extern "C" fn ibv_query_pkey(
     })
 }
 
-/// `ibv_get_pkey_index`: 0 for 0xffff (big-endian), else -1 (the table has no other entry).
+/// `ibv_get_pkey_index`: 0 for 0xffff (big-endian), else -1 with `ENOENT` (the table has no
+/// other entry: rdma-core's walk of the table ends at the first index it cannot read).
 ///
 /// # Safety
 /// `ctx` is a context.
 pub unsafe extern "C" fn ibv_get_pkey_index(ctx: *mut ibv_context, port: u8, pkey: u16) -> c_int {
     guard(-1, || {
         let r = context(ctx).and_then(|_| {
-            if port as u32 == PORT && pkey == DEFAULT_PKEY.to_be() { Ok(0) } else { Err(libc::EINVAL) }
+            if port as u32 == PORT && pkey == DEFAULT_PKEY.to_be() { Ok(0) } else { Err(libc::ENOENT) }
         });
         r.unwrap_or_else(|e| {
             set_errno(e);

@@ -47,6 +47,7 @@ pub unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, mw_type: c_uint) -> *mut ibv_
             handle: crate::object::next_handle(),
             type_: mw_type,
         };
+        p.rust.users.hold();
         Ok(Obj::into_c(c, MW_MAGIC, Mw { mw }))
     })
 }
@@ -60,7 +61,11 @@ pub unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: per the caller.
         match unsafe { Obj::<ibv_mw, Mw>::take(mw, MW_MAGIC) } {
-            Some(_) => 0,
+            Some(o) => {
+                // SAFETY: the object's own PD (or NULL).
+                unsafe { crate::pd::release_pd(o.c.pd) };
+                0
+            }
             None => libc::EINVAL,
         }
     })

@@ -22,6 +22,31 @@ pub fn next_handle() -> u32 {
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
+/// How many objects use a PD, CQ or SRQ: the kernel refuses to destroy one still in use
+/// (`EBUSY`), and so does this library. Each child holds one count from its creation to its
+/// destruction (a QP holds its PD, both CQs and its SRQ).
+#[derive(Debug, Default)]
+pub struct Users(std::sync::atomic::AtomicUsize);
+
+impl Users {
+    /// A child was made.
+    pub fn hold(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    /// A child went away.
+    pub fn release(&self) {
+        let _ = self.0.fetch_update(
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+            |n| n.checked_sub(1),
+        );
+    }
+    /// Whether some child still uses the object (destroy: `EBUSY`).
+    pub fn busy(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+}
+
 /// A C struct with its Rust object behind it.
 #[repr(C)]
 pub struct Obj<C, R> {

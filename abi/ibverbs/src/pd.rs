@@ -22,6 +22,8 @@ const MR_MAGIC: u64 = 0x736f_6674_5f6d_7200;
 pub struct Pd {
     /// The softroce protection domain.
     pub pd: ProtectionDomain,
+    /// The MRs, MWs, QPs, SRQs and AHs on it.
+    pub users: crate::object::Users,
 }
 
 /// The Rust side of an MR (behind a lock for `ibv_rereg_mr`; the data path never touches it:
@@ -51,42 +53,104 @@ pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
         let dev = c.rt.device()?;
         let pd = dev.alloc_pd().map_err(|e| errno_of(&e))?;
         let handle = crate::object::next_handle();
-        Ok(Obj::into_c(ibv_pd { context: c.as_ibv(), handle }, PD_MAGIC, Pd { pd }))
+        Ok(Obj::into_c(
+            ibv_pd { context: c.as_ibv(), handle },
+            PD_MAGIC,
+            Pd { pd, users: Default::default() },
+        ))
     })
 }
 
-/// `ibv_dealloc_pd`: 0, or `EINVAL` for a pointer that is not a PD of ours. Objects created on
-/// the PD keep what they need alive (the real library answers `EBUSY` instead; softroce has no
-/// kernel object to leak).
+/// `ibv_dealloc_pd`: 0, `EBUSY` while objects (MRs, MWs, QPs, SRQs, AHs) use the PD, as the
+/// kernel, or `EINVAL` for a pointer that is not a PD of ours.
 ///
 /// # Safety
 /// `pd` is NULL or a PD from `ibv_alloc_pd`, not used again.
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     zero_or_errno(|| {
         // SAFETY: per the caller.
+        if unsafe { pd_of(pd) }.ok_or(libc::EINVAL)?.rust.users.busy() {
+            return Err(libc::EBUSY);
+        }
+        // SAFETY: per the caller.
         unsafe { Obj::<ibv_pd, Pd>::take(pd, PD_MAGIC) }.ok_or(libc::EINVAL)?;
         Ok(())
     })
 }
 
+/// Releases a child's hold on its PD (the child's `pd` field; nothing for NULL or not ours).
+///
+/// # Safety
+/// `pd` is NULL or a child's PD pointer.
+pub unsafe fn release_pd(pd: *const ibv_pd) {
+    // SAFETY: per the caller: a PD of ours cannot be freed while the child holds it.
+    if let Some(p) = unsafe { pd_of(pd) } {
+        p.rust.users.release();
+    }
+}
+
 const IBV_ACCESS_LOCAL_WRITE: u32 = 1;
 const IBV_ACCESS_REMOTE_WRITE: u32 = 2;
 const IBV_ACCESS_REMOTE_ATOMIC: u32 = 8;
+const IBV_ACCESS_MW_BIND: u32 = 0x10;
 const IBV_ACCESS_ON_DEMAND: u32 = 0x40;
+/// The access bits the kernel knows (`IB_ACCESS_SUPPORTED`: local write … huge pages) and the
+/// optional range (bits 20-29, relaxed ordering first), which it accepts and may ignore.
+const ACCESS_KNOWN: u32 = 0xff | (0x3ff << 20);
 
-/// The access bits as softroce takes them: remote write or atomic need local write (`EINVAL`,
-/// as the kernel's `ib_check_mr_access`); on-demand paging is not offered (`EOPNOTSUPP`, as
-/// for a device without ODP); the other bits (MW bind, zero-based, huge pages, relaxed
-/// ordering and the other optional bits) change nothing here.
+/// The access bits as the kernel's `ib_check_mr_access` takes them: remote write or atomic
+/// need local write, a bit it does not know is refused, on-demand paging too (a device
+/// without it): each `EINVAL`. MW bind and zero-based are kept; huge pages, relaxed ordering
+/// and the other optional bits change nothing here.
 fn access_of(bits: u32) -> Result<Access, Errno> {
     if bits & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) != 0 && bits & IBV_ACCESS_LOCAL_WRITE == 0
     {
         return Err(libc::EINVAL);
     }
-    if bits & IBV_ACCESS_ON_DEMAND != 0 {
-        return Err(libc::EOPNOTSUPP);
+    if bits & !ACCESS_KNOWN != 0 || bits & IBV_ACCESS_ON_DEMAND != 0 {
+        return Err(libc::EINVAL);
     }
-    Ok(Access::from_bits(bits))
+    Ok(Access::from_bits(bits & 0x3f))
+}
+
+/// What the kernel's `ib_umem_get` checks of the memory to register: a length of at least one
+/// page's worth and at most 2^32 pages (`EINVAL`), and every page mapped, and writable when the
+/// access allows writing it (`EFAULT`: the pages could not be pinned).
+fn check_memory(addr: *mut c_void, len: size_t, access: u32) -> Result<(), Errno> {
+    const PAGE: u64 = 4096;
+    let start = addr as u64;
+    let end = start.checked_add(len as u64).ok_or(libc::EINVAL)?;
+    let (first, last) = (start & !(PAGE - 1), end.checked_add(PAGE - 1).ok_or(libc::EINVAL)? & !(PAGE - 1));
+    let pages = (last - first) / PAGE;
+    if len == 0 || pages == 0 || pages > u64::from(u32::MAX) {
+        return Err(libc::EINVAL);
+    }
+    let write = access
+        & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)
+        != 0;
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return Ok(()) };
+    let mut at = first;
+    for l in maps.lines() {
+        let mut f = l.split_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else { continue };
+        let Some((a, b)) = range.split_once('-') else { continue };
+        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else { continue };
+        if b <= at || a > at {
+            if a > at {
+                break;
+            }
+            continue;
+        }
+        let p = perms.as_bytes();
+        if p.first() != Some(&b'r') || (write && p.get(1) != Some(&b'w')) {
+            return Err(libc::EFAULT);
+        }
+        at = b;
+        if at >= last {
+            return Ok(());
+        }
+    }
+    Err(libc::EFAULT)
 }
 
 fn register(
@@ -98,10 +162,9 @@ fn register(
 ) -> Result<*mut ibv_mr, Errno> {
     // SAFETY: the caller passes a PD (or NULL).
     let p = unsafe { pd_of(pd) }.ok_or(libc::EINVAL)?;
+    let bits = access;
     let access = access_of(access)?;
-    if addr.is_null() && len > 0 {
-        return Err(libc::EFAULT);
-    }
+    check_memory(addr, len, bits)?;
     // SAFETY: the application registers its own buffer: `addr .. addr + len` stays valid until
     // ibv_dereg_mr, and it accepts that the device reads and writes it at any time (the
     // contract of ibv_reg_mr). The alignment rule is checked by register_raw_iova.
@@ -114,8 +177,12 @@ fn register(
         length: len,
         handle: mr.lkey().value(),
         lkey: mr.lkey().value(),
+        // (rxe gives a region without remote access rkey 0; softroce, as mlx5, its key: an
+        // ibv_rereg_mr that adds remote access then works with the rkey the peer already has,
+        // which rdma-core's tests expect)
         rkey: mr.rkey().value(),
     };
+    p.rust.users.hold();
     Ok(Obj::into_c(c, MR_MAGIC, Mr { mr: Mutex::new(mr) }))
 }
 
@@ -222,10 +289,14 @@ pub unsafe extern "C" fn ibv_rereg_mr(
             };
             let mut cur = m.rust.mr.lock();
             cur.rereg(new_pd.map(|p| &p.rust.pd), new_access).map_err(|e| cmd(errno_of(&e)))?;
-            if new_pd.is_some() {
+            if let Some(np) = new_pd {
+                np.rust.users.hold();
                 // SAFETY: mr is ours (checked); its C part is written only here and by the
                 // application, which must not race with rereg.
-                unsafe { (*mr).pd = pd };
+                unsafe {
+                    release_pd((*mr).pd);
+                    (*mr).pd = pd;
+                }
             }
             Ok(())
         })();
@@ -255,7 +326,9 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
             return Err(libc::EINVAL);
         }
         // SAFETY: per the caller.
-        unsafe { Obj::<ibv_mr, Mr>::take(mr, MR_MAGIC) }.ok_or(libc::EINVAL)?;
+        let o = unsafe { Obj::<ibv_mr, Mr>::take(mr, MR_MAGIC) }.ok_or(libc::EINVAL)?;
+        // SAFETY: the object's own PD (or NULL).
+        unsafe { release_pd(o.c.pd) };
         Ok(())
     })
 }

@@ -29,6 +29,8 @@ pub struct Qp {
     pub qp: std::sync::Arc<QueuePair>,
     sq_sig_all: bool,
     cap: ibv_qp_cap,
+    /// The QP has been moved to INIT (rxe reports port 0 before).
+    inited: std::sync::atomic::AtomicBool,
     /// The work requests built since `wr_start` (the new post API).
     batch: Mutex<Batch>,
 }
@@ -59,8 +61,10 @@ fn qp_type_of(t: u32) -> Result<QpType, Errno> {
         IBV_QPT_RC => Ok(QpType::Rc),
         IBV_QPT_UC => Ok(QpType::Uc),
         IBV_QPT_UD => Ok(QpType::Ud),
-        // XRC, raw packet, driver QPs: what a device without them answers.
-        _ => Err(libc::EOPNOTSUPP),
+        // raw packet, XRC send and receive, driver QPs: what a device without them answers
+        8 | 9 | 10 | 0xff => Err(libc::EOPNOTSUPP),
+        // a type that does not exist (the kernel's answer)
+        _ => Err(libc::EINVAL),
     }
 }
 
@@ -96,9 +100,10 @@ pub(crate) fn create(
         // SAFETY: as above.
         Some(unsafe { crate::srq::srq_of(a.srq) }.ok_or(libc::EINVAL)?)
     };
+    // (rxe accepts 0 work requests and grants a queue of at least one)
     let cap = QpCaps {
-        max_send_wr: a.cap.max_send_wr,
-        max_recv_wr: if srq.is_some() { 0 } else { a.cap.max_recv_wr },
+        max_send_wr: a.cap.max_send_wr.max(1),
+        max_recv_wr: if srq.is_some() { 0 } else { a.cap.max_recv_wr.max(1) },
         max_send_sge: a.cap.max_send_sge.max(1),
         max_recv_sge: if srq.is_some() { 0 } else { a.cap.max_recv_sge.max(1) },
         max_inline_data: a.cap.max_inline_data,
@@ -117,11 +122,12 @@ pub(crate) fn create(
         Error::Limit { what, .. } if what != "max_qp" => libc::EINVAL,
         e => errno_of(&e),
     })?;
+    // With an SRQ the receive capacities are the SRQ's: the caller's stay as given (rxe).
     let out_cap = ibv_qp_cap {
         max_send_wr: cap.max_send_wr,
-        max_recv_wr: cap.max_recv_wr,
+        max_recv_wr: if srq.is_some() { a.cap.max_recv_wr } else { cap.max_recv_wr },
         max_send_sge: cap.max_send_sge,
-        max_recv_sge: cap.max_recv_sge,
+        max_recv_sge: if srq.is_some() { a.cap.max_recv_sge } else { cap.max_recv_sge },
         max_inline_data: cap.max_inline_data,
     };
     a.cap = out_cap;
@@ -163,8 +169,16 @@ pub(crate) fn create(
         qp: std::sync::Arc::new(qp),
         sq_sig_all: a.sq_sig_all != 0,
         cap: out_cap,
+        inited: Default::default(),
         batch: Mutex::new(Batch::default()),
     };
+    // The QP holds its PD, CQs and SRQ (destroying them meanwhile is EBUSY).
+    p.rust.users.hold();
+    send_cq.rust.users.hold();
+    recv_cq.rust.users.hold();
+    if let Some(s) = srq {
+        s.rust.users.hold();
+    }
     let o = Obj::into_c(c, QP_MAGIC, rust);
     // SAFETY: o is a fresh, boxed (pinned) QP; its pthread objects are initialised in place.
     unsafe {
@@ -213,6 +227,13 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             let mut b = Obj::<ibv_qp_ex, Qp>::take(qp.cast(), QP_MAGIC).ok_or(libc::EINVAL)?;
             libc::pthread_mutex_destroy(&raw mut b.c.qp_base.mutex);
             libc::pthread_cond_destroy(&raw mut b.c.qp_base.cond);
+            let base = &b.c.qp_base;
+            crate::pd::release_pd(base.pd);
+            crate::cq::release_cq(base.send_cq);
+            crate::cq::release_cq(base.recv_cq);
+            if let Some(s) = crate::srq::srq_of(base.srq) {
+                s.rust.users.release();
+            }
         }
         Ok(())
     })
@@ -243,7 +264,7 @@ mod mask {
     pub const DEST_QPN: i32 = 1 << 20;
 }
 
-fn state_of(s: u32) -> Result<QpState, Errno> {
+pub(crate) fn state_of(s: u32) -> Result<QpState, Errno> {
     Ok(match s {
         0 => QpState::Reset,
         1 => QpState::Init,
@@ -271,7 +292,8 @@ pub(crate) fn ibv_state(s: QpState) -> u32 {
 /// An `ibv_ah_attr` as a softroce address vector: RoCE needs the GRH (`is_global`), else
 /// `EINVAL` (the kernel's answer for a RoCE port).
 pub(crate) fn av_of(ah: &ibv_ah_attr) -> Result<AddressVector, Errno> {
-    if ah.is_global == 0 {
+    // (the kernel's rdma_is_port_valid: the device has port 1 only)
+    if ah.is_global == 0 || ah.port_num != 1 {
         return Err(libc::EINVAL);
     }
     // SAFETY: ibv_gid is a union of plain bytes; `raw` views all of it.
@@ -324,7 +346,8 @@ fn attrs_of(a: &ibv_qp_attr, m: c_int) -> Result<QpAttrs, Errno> {
         q.access = Some(Access::from_bits(a.qp_access_flags).intersect(Access::ALL));
     }
     if has(mask::PKEY_INDEX) {
-        q.pkey_index = Some(a.pkey_index);
+        // The kernel does not check the index (rxe keeps it); the one P_Key is index 0.
+        q.pkey_index = Some(0);
     }
     if has(mask::PORT) {
         q.port_num = Some(a.port_num);
@@ -341,11 +364,13 @@ fn attrs_of(a: &ibv_qp_attr, m: c_int) -> Result<QpAttrs, Errno> {
     if has(mask::TIMEOUT) {
         q.timeout = Some(a.timeout);
     }
+    // The 3-bit counts and the 5-bit timer as the kernel takes them: not range-checked (rxe
+    // keeps the byte); softroce uses the largest value the field holds.
     if has(mask::RETRY_CNT) {
-        q.retry_cnt = Some(a.retry_cnt);
+        q.retry_cnt = Some(a.retry_cnt.min(7));
     }
     if has(mask::RNR_RETRY) {
-        q.rnr_retry = Some(a.rnr_retry);
+        q.rnr_retry = Some(a.rnr_retry.min(7));
     }
     if has(mask::RQ_PSN) {
         q.rq_psn = Some(Psn::new(a.rq_psn & 0xff_ffff));
@@ -354,18 +379,67 @@ fn attrs_of(a: &ibv_qp_attr, m: c_int) -> Result<QpAttrs, Errno> {
         q.max_rd_atomic = Some(a.max_rd_atomic);
     }
     if has(mask::MIN_RNR_TIMER) {
-        q.min_rnr_timer = Some(a.min_rnr_timer);
+        q.min_rnr_timer = Some(a.min_rnr_timer & 0x1f);
     }
     if has(mask::SQ_PSN) {
         q.sq_psn = Some(Psn::new(a.sq_psn & 0xff_ffff));
     }
     if has(mask::MAX_DEST_RD_ATOMIC) {
-        q.max_dest_rd_atomic = Some(a.max_dest_rd_atomic);
+        // (rxe does not check it against max_qp_rd_atom; softroce serves at most that many)
+        q.max_dest_rd_atomic = Some(a.max_dest_rd_atomic.min(softroce::transport::MAX_RD_ATOMIC));
     }
     if has(mask::DEST_QPN) {
         q.dest_qpn = Some(Qpn::new(a.dest_qp_num & 0xff_ffff));
     }
     Ok(q)
+}
+
+/// The `ibv_qp_attr` and attribute mask of softroce's modify attributes (the inverse of
+/// `attrs_of`): every field the attributes name, the others zero.
+pub(crate) fn ibv_attr_of(q: &QpAttrs) -> (ibv_qp_attr, c_int) {
+    // SAFETY: ibv_qp_attr is plain data: all-zero is valid.
+    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    let mut m = 0;
+    let mut set = |bit: c_int, present: bool| {
+        if present {
+            m |= bit;
+        }
+    };
+    set(mask::STATE, q.state.is_some());
+    set(mask::ACCESS_FLAGS, q.access.is_some());
+    set(mask::PKEY_INDEX, q.pkey_index.is_some());
+    set(mask::PORT, q.port_num.is_some());
+    set(mask::QKEY, q.qkey.is_some());
+    set(mask::AV, q.av.is_some());
+    set(mask::PATH_MTU, q.path_mtu.is_some());
+    set(mask::TIMEOUT, q.timeout.is_some());
+    set(mask::RETRY_CNT, q.retry_cnt.is_some());
+    set(mask::RNR_RETRY, q.rnr_retry.is_some());
+    set(mask::RQ_PSN, q.rq_psn.is_some());
+    set(mask::MAX_QP_RD_ATOMIC, q.max_rd_atomic.is_some());
+    set(mask::MIN_RNR_TIMER, q.min_rnr_timer.is_some());
+    set(mask::SQ_PSN, q.sq_psn.is_some());
+    set(mask::MAX_DEST_RD_ATOMIC, q.max_dest_rd_atomic.is_some());
+    set(mask::DEST_QPN, q.dest_qpn.is_some());
+    a.qp_state = q.state.map_or(0, ibv_state);
+    a.qp_access_flags = q.access.map_or(0, |x| x.bits());
+    a.pkey_index = q.pkey_index.unwrap_or(0);
+    a.port_num = q.port_num.unwrap_or(0);
+    a.qkey = q.qkey.map_or(0, |k| k.value());
+    if let Some(av) = &q.av {
+        a.ah_attr = ah_attr_of(av);
+    }
+    a.path_mtu = q.path_mtu.map_or(0, |x| x as u32);
+    a.timeout = q.timeout.unwrap_or(0);
+    a.retry_cnt = q.retry_cnt.unwrap_or(0);
+    a.rnr_retry = q.rnr_retry.unwrap_or(0);
+    a.rq_psn = q.rq_psn.map_or(0, |p| p.value());
+    a.max_rd_atomic = q.max_rd_atomic.unwrap_or(0);
+    a.min_rnr_timer = q.min_rnr_timer.unwrap_or(0);
+    a.sq_psn = q.sq_psn.map_or(0, |p| p.value());
+    a.max_dest_rd_atomic = q.max_dest_rd_atomic.unwrap_or(0);
+    a.dest_qp_num = q.dest_qpn.map_or(0, |x| x.value());
+    (a, m)
 }
 
 /// `ibv_modify_qp`: 0 or a positive errno (`EINVAL` for a transition or attribute the state
@@ -383,8 +457,17 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
         }
         // SAFETY: per the caller.
         let a = unsafe { &*attr };
-        if mask & mask::CUR_STATE != 0 && state_of(a.cur_qp_state)? != o.rust.qp.state() {
-            return Err(libc::EINVAL);
+        if mask & mask::CUR_STATE != 0 {
+            // The kernel's ib_modify_qp_is_ok with the state the caller says the QP is in:
+            // only RTR, RTS, SQD and SQE may be named, only moving to RTS takes it, and SQE
+            // exists for UC and UD only. (The actual state is then the one checked.)
+            let cur = state_of(a.cur_qp_state)?;
+            let to = if mask & mask::STATE != 0 { state_of(a.qp_state)? } else { cur };
+            let ok = matches!(cur, QpState::Rtr | QpState::Rts | QpState::Sqd)
+                || (cur == QpState::Sqe && o.rust.qp.qp_type() != QpType::Rc);
+            if !ok || to != QpState::Rts {
+                return Err(libc::EINVAL);
+            }
         }
         let q = attrs_of(a, mask)?;
         let r = o.rust.qp.modify(&q).map_err(|e| errno_of(&e));
@@ -392,6 +475,9 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
         unsafe { crate::events::drain_ctx(o.c.qp_base.context) };
         r?;
         if let Some(s) = q.state {
+            if s == QpState::Init {
+                o.rust.inited.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             // SAFETY: the C part's state is the application's view, updated as rdma-core does.
             unsafe { (*qp).state = ibv_state(s) };
         }
@@ -431,7 +517,12 @@ pub unsafe extern "C" fn ibv_query_qp(
         if let Some(av) = &info.av {
             a.ah_attr = ah_attr_of(av);
         }
-        a.port_num = 1;
+        // (RoCE always has the GRH; rxe reports it so whatever the state)
+        a.ah_attr.is_global = 1;
+        // (the port once the QP was moved to INIT, as rxe reports it)
+        a.port_num = u8::from(
+            info.state != QpState::Reset || o.rust.inited.load(std::sync::atomic::Ordering::Relaxed),
+        );
         a.max_rd_atomic = info.attr.max_rd_atomic;
         a.max_dest_rd_atomic = info.attr.max_dest_rd_atomic;
         a.min_rnr_timer = info.attr.min_rnr_timer;
@@ -701,16 +792,30 @@ pub unsafe extern "C" fn create_qp_ex(_ctx: *mut ibv_context, attr: *mut ibv_qp_
 }
 
 /// `ibv_qp_to_qp_ex`: the QP's extended form if it was created with send ops (the new post
-/// API), else NULL.
+/// API), else NULL. For a QP that is not ours, what rdma-core reads: the `comp_mask` of the
+/// `struct verbs_qp` it is the start of (`VERBS_QP_EX` set: the QP itself).
 ///
 /// # Safety
-/// `qp` is NULL or a QP of ours.
+/// `qp` is NULL, a QP of ours, or the start of a `struct verbs_qp`.
 pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    /// rdma-core's `VERBS_QP_EX` bit of `struct verbs_qp`'s `comp_mask`.
+    const VERBS_QP_EX: u32 = 1 << 1;
     guard(std::ptr::null_mut(), || {
+        if qp.is_null() {
+            return std::ptr::null_mut();
+        }
         // SAFETY: per the caller.
         match unsafe { qp_of(qp) } {
             Some(o) if o.c.wr_start.is_some() => qp.cast(),
-            _ => std::ptr::null_mut(),
+            Some(_) => std::ptr::null_mut(),
+            None => {
+                // SAFETY: per the caller, a struct verbs_qp: its comp_mask follows the union of
+                // ibv_qp and ibv_qp_ex.
+                let mask = unsafe {
+                    qp.cast::<u8>().add(std::mem::size_of::<ibv_qp_ex>()).cast::<u32>().read_unaligned()
+                };
+                if mask & VERBS_QP_EX != 0 { qp.cast() } else { std::ptr::null_mut() }
+            }
         }
     })
 }

@@ -33,6 +33,15 @@
 //! and the socket start at the first [`DevRt::device`] call — the first PD, CQ, … — and stop
 //! when the last context of the device is closed and the last object is gone.
 //!
+//! # Contexts opened and closed from many threads
+//!
+//! Any interleaving of `ibv_open_device`/`ibv_close_device` from any number of threads works.
+//! A context opened while the previous runtime's engine still runs (objects of the closed
+//! contexts hold it) adopts that engine, on its address. And the last holder of an engine
+//! closes its socket as it drops it, on its own thread: a context opened in that moment
+//! finds the port still taken, so a device that had an engine in this process retries the bind
+//! until that engine is gone ([`ENGINE_GONE_WAIT`]) rather than failing with `EADDRINUSE`.
+//!
 //! # fork
 //!
 //! After `fork()` the child has none of the parent's threads. A [`DevRt`] remembers the pid
@@ -43,9 +52,10 @@
 
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use softroce::verbs::device::DeviceInfo;
+use softroce::verbs::device::{DeviceInfo, WeakDevice};
 use softroce::verbs::{BackendKind, Device, DeviceConfig};
 
 use crate::ffi::*;
@@ -53,6 +63,10 @@ use crate::util::{Errno, copy_cstr};
 
 /// How many loopback addresses a `lo` device tries (127.0.0.1 …).
 pub const LOOPBACK_CANDIDATES: u8 = 64;
+
+/// How long starting an engine retries a taken port when this process's own previous engine of
+/// the device may still be closing its socket (see the module docs).
+pub const ENGINE_GONE_WAIT: Duration = Duration::from_secs(2);
 
 /// One configured device, before it is opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,6 +137,8 @@ pub struct SrDevice {
     /// A loopback-interface device that picks its address per process.
     pub auto_loopback: bool,
     runtime: Mutex<Weak<DevRt>>,
+    /// The engine this process last started for the device, and the pid that started it.
+    last_engine: Mutex<Option<(WeakDevice, u32)>>,
 }
 
 impl SrDevice {
@@ -143,7 +159,28 @@ impl SrDevice {
         copy_cstr(&mut ibv.dev_name, &format!("uverbs{index}"));
         copy_cstr(&mut ibv.dev_path, &format!("/sys/class/infiniband_verbs/uverbs{index}"));
         copy_cstr(&mut ibv.ibdev_path, &format!("{}/{name}", crate::sysfs::IBDEV_PATH_PREFIX));
-        Ok(SrDevice { ibv, index, spec, name, guid, auto_loopback, runtime: Mutex::new(Weak::new()) })
+        Ok(SrDevice {
+            ibv,
+            index,
+            spec,
+            name,
+            guid,
+            auto_loopback,
+            runtime: Mutex::new(Weak::new()),
+            last_engine: Mutex::new(None),
+        })
+    }
+
+    /// The engine this process last started for the device, if it still runs (objects of a
+    /// closed context hold it).
+    fn live_engine(&self) -> Option<Device> {
+        let g = self.last_engine.lock();
+        g.as_ref().filter(|(_, pid)| *pid == std::process::id()).and_then(|(w, _)| w.upgrade())
+    }
+
+    /// Whether this process started an engine for the device before (which may be closing).
+    fn had_engine(&self) -> bool {
+        self.last_engine.lock().as_ref().is_some_and(|(_, pid)| *pid == std::process::id())
     }
 
     /// The `ibv_device *` applications hold.
@@ -167,7 +204,10 @@ impl SrDevice {
             // A runtime the parent made before fork(): never drop it here.
             std::mem::forget(rt);
         }
-        let rt = Arc::new(DevRt::new(self, None)?);
+        let rt = Arc::new(match self.live_engine() {
+            Some(d) => DevRt::adopt(self, d)?,
+            None => DevRt::new(self, None)?,
+        });
         *slot = Arc::downgrade(&rt);
         Ok(rt)
     }
@@ -185,7 +225,10 @@ impl SrDevice {
             std::mem::forget(rt);
         }
         let at = (self.auto_loopback && ip.is_loopback()).then_some(ip);
-        let rt = Arc::new(DevRt::new(self, at)?);
+        let rt = Arc::new(match self.live_engine() {
+            Some(d) => DevRt::adopt(self, d)?,
+            None => DevRt::new(self, at)?,
+        });
         *slot = Arc::downgrade(&rt);
         Ok(rt)
     }
@@ -311,6 +354,29 @@ impl DevRt {
         })
     }
 
+    /// A runtime for an engine of the device that still runs (see the module docs), on its
+    /// address.
+    fn adopt(dev: &'static SrDevice, d: Device) -> Result<DevRt, Errno> {
+        let ip = d.ip();
+        let address = if dev.auto_loopback { ip.to_string() } else { dev.spec.address.clone() };
+        let cfg = config(&dev.spec, &address, &dev.name);
+        let info = DeviceInfo::query(&cfg).map_err(|e| {
+            warn(&format!("{}: {e}", dev.name));
+            crate::util::errno_of(&e)
+        })?;
+        if dev.auto_loopback {
+            CLAIMED.lock().push(ip);
+        }
+        Ok(DevRt {
+            dev,
+            cfg,
+            info,
+            pid: std::process::id(),
+            reservation: Mutex::new(None),
+            engine: Mutex::new(Some(d)),
+        })
+    }
+
     /// The softroce device, its engine started on first call (binding the port). Errors are
     /// also printed once per failed start on stderr, since applications only print the errno.
     pub fn device(&self) -> Result<Device, Errno> {
@@ -319,15 +385,32 @@ impl DevRt {
             return Ok(d.clone());
         }
         drop(self.reservation.lock().take());
-        match Device::open(self.cfg.clone()) {
-            Ok(d) => {
-                crate::events::hook(self.dev.as_ibv() as usize, &d);
+        let t0 = Instant::now();
+        loop {
+            // The previous runtime's engine, still running on this address: adopt it.
+            if let Some(d) = self.dev.live_engine().filter(|d| d.ip() == self.info.ip) {
                 *engine = Some(d.clone());
-                Ok(d)
+                return Ok(d);
             }
-            Err(e) => {
-                warn(&format!("{}: {e}", self.dev.name));
-                Err(crate::util::errno_of(&e))
+            match Device::open(self.cfg.clone()) {
+                Ok(d) => {
+                    crate::events::hook(self.dev.as_ibv() as usize, &d);
+                    *self.dev.last_engine.lock() = Some((d.downgrade(), std::process::id()));
+                    *engine = Some(d.clone());
+                    return Ok(d);
+                }
+                // This process's previous engine may be closing its socket on another thread.
+                Err(e)
+                    if crate::util::errno_of(&e) == libc::EADDRINUSE
+                        && self.dev.had_engine()
+                        && t0.elapsed() < ENGINE_GONE_WAIT =>
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => {
+                    warn(&format!("{}: {e}", self.dev.name));
+                    return Err(crate::util::errno_of(&e));
+                }
             }
         }
     }

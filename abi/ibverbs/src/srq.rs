@@ -17,6 +17,8 @@ const SRQ_MAGIC: u64 = 0x736f_6674_5f73_7200;
 pub struct Srq {
     /// The softroce shared receive queue.
     pub srq: SharedReceiveQueue,
+    /// The QPs using the SRQ.
+    pub users: crate::object::Users,
 }
 
 /// An SRQ of ours behind `p`, or `None`.
@@ -29,7 +31,8 @@ pub unsafe fn srq_of<'a>(p: *const ibv_srq) -> Option<&'a Obj<ibv_srq, Srq>> {
 }
 
 /// `ibv_create_srq`: NULL + errno (`EINVAL`: a PD not ours, `max_wr` 0 or above the device's
-/// `max_srq_wr`, `max_sge` above `max_srq_sge`). On success `attr->attr` holds what was granted.
+/// `max_srq_wr`, `max_sge` above `max_srq_sge`, as rxe's `rxe_srq_chk_init`; a limit above
+/// `max_wr` is taken as `max_wr`). On success `attr->attr` holds what was granted.
 ///
 /// # Safety
 /// `pd` is a PD of ours; `attr` is readable and writable.
@@ -42,13 +45,19 @@ pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init
         }
         // SAFETY: per the caller.
         let a = unsafe { &mut *attr };
-        if a.attr.max_wr == 0 {
+        // SAFETY: a PD of ours points to its (live) context.
+        let ctx = unsafe { crate::context::Context::from_ibv(p.c.context) }.ok_or(libc::EINVAL)?;
+        let dev = &ctx.rt.info.attr;
+        if a.attr.max_wr == 0
+            || a.attr.max_wr as u64 > dev.max_srq_wr as u64
+            || a.attr.max_sge as u64 > dev.max_srq_sge as u64
+        {
             return Err(libc::EINVAL);
         }
         let init = SrqInitAttr {
             max_wr: a.attr.max_wr,
             max_sge: a.attr.max_sge.max(1),
-            srq_limit: a.attr.srq_limit,
+            srq_limit: a.attr.srq_limit.min(a.attr.max_wr),
         };
         let srq = p.rust.pd.create_srq(&init).map_err(|e| errno_of(&e))?;
         a.attr.max_sge = init.max_sge;
@@ -60,7 +69,8 @@ pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init
         c.pd = pd;
         c.handle = crate::object::next_handle();
         let srqn = srq.srq_num();
-        let o = Obj::into_c(c, SRQ_MAGIC, Srq { srq });
+        let o = Obj::into_c(c, SRQ_MAGIC, Srq { srq, users: Default::default() });
+        p.rust.users.hold();
         // SAFETY: o is fresh and boxed; its pthread objects are initialised in place.
         unsafe {
             libc::pthread_mutex_init(&raw mut (*o).mutex, std::ptr::null());
@@ -75,7 +85,9 @@ const IBV_SRQ_MAX_WR: c_int = 1;
 const IBV_SRQ_LIMIT: c_int = 2;
 
 /// `ibv_modify_srq`: `IBV_SRQ_MAX_WR` resizes, `IBV_SRQ_LIMIT` arms the limit event; 0 or
-/// `EINVAL`.
+/// `EINVAL`, as rxe's `rxe_srq_chk_attr` checks them before either applies: a size of 0, above
+/// the device's, or below the armed limit; a limit above the queue's size. Other mask bits
+/// are ignored.
 ///
 /// # Safety
 /// `srq` is an SRQ of ours; `attr` is readable.
@@ -83,11 +95,23 @@ pub unsafe extern "C" fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_at
     zero_or_errno(|| {
         // SAFETY: per the caller.
         let o = unsafe { srq_of(srq) }.ok_or(libc::EINVAL)?;
-        if attr.is_null() || mask & !(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT) != 0 {
+        if attr.is_null() {
             return Err(libc::EINVAL);
         }
         // SAFETY: per the caller.
         let a = unsafe { *attr };
+        let cur = o.rust.srq.query().map_err(|e| errno_of(&e))?;
+        // SAFETY: an SRQ of ours points to its (live) context.
+        let ctx = unsafe { crate::context::Context::from_ibv(o.c.context) }.ok_or(libc::EINVAL)?;
+        let max = ctx.rt.info.attr.max_srq_wr as u64;
+        if mask & IBV_SRQ_MAX_WR != 0
+            && (a.max_wr == 0 || a.max_wr as u64 > max || (cur.srq_limit != 0 && a.max_wr < cur.srq_limit))
+        {
+            return Err(libc::EINVAL);
+        }
+        if mask & IBV_SRQ_LIMIT != 0 && (a.srq_limit as u64 > max || a.srq_limit > cur.max_wr) {
+            return Err(libc::EINVAL);
+        }
         if mask & IBV_SRQ_MAX_WR != 0 {
             o.rust.srq.resize(a.max_wr).map_err(|e| errno_of(&e))?;
         }
@@ -116,8 +140,8 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
     })
 }
 
-/// `ibv_destroy_srq`: 0 or `EINVAL`; waits until every asynchronous event delivered for it
-/// has been acknowledged.
+/// `ibv_destroy_srq`: 0, `EBUSY` while a QP uses it (the kernel's answer), or `EINVAL`; waits
+/// until every asynchronous event delivered for it has been acknowledged.
 ///
 /// # Safety
 /// `srq` is NULL or an SRQ of ours, not used again on success.
@@ -125,6 +149,10 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     zero_or_errno(|| {
         // SAFETY: per the caller.
         let o = unsafe { srq_of(srq) }.ok_or(libc::EINVAL)?;
+        if o.rust.users.busy() {
+            return Err(libc::EBUSY);
+        }
+        let pd = o.c.pd;
         let reported = crate::events::unregister_srq(o.c.context, o.rust.srq.srq_num());
         // SAFETY: the SRQ's own initialised mutex/cond.
         unsafe {
@@ -137,6 +165,8 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
             libc::pthread_mutex_destroy(&raw mut b.c.mutex);
             libc::pthread_cond_destroy(&raw mut b.c.cond);
         }
+        // SAFETY: the object's own PD (or NULL).
+        unsafe { crate::pd::release_pd(pd) };
         Ok(())
     })
 }

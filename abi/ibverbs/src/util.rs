@@ -82,6 +82,8 @@ pub fn errno_of(e: &softroce::verbs::Error) -> Errno {
         E::Limit { .. } => libc::ENOMEM,
         E::EngineGone => libc::EIO,
         E::NoSuchQp(_) => libc::ENOENT,
+        // (the kernel's rdma_get_gid_attr for a GID index that names no GID)
+        E::GidIndex { .. } => libc::ENODATA,
         _ => libc::EINVAL,
     }
 }

@@ -81,3 +81,27 @@ fn object_verbs_from_c() {
     assert_eq!(line(&out, "destroy"), "0 0 0 0 0 0 0 0 0");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Verbs arguments as kernel rxe answers them (tests/c/verbsargs.c, whose every check also
+/// passes on kernel rxe in the rig's guest; the differences the conformance probe found):
+/// objects in use are `EBUSY`, memory registration refuses what the kernel refuses and takes
+/// unaligned regions, the QP state table, the AV's port, P_Key queries past the table.
+#[test]
+fn verbs_arguments_as_kernel_rxe() {
+    if !require(
+        "verbs_arguments_as_kernel_rxe",
+        &[SYSTEM_LIB, "/usr/include/infiniband/verbs.h", "/usr/bin/gcc"],
+        "libibverbs-dev gcc",
+    ) {
+        return;
+    }
+    let dir = lib_dir("verbsargs");
+    let exe = build_c("verbsargs", &dir);
+    let o = run_with(&dir, Command::new(&exe).env("SOFTROCE_DEVICES", addr()));
+    let out = text(&o);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(o.status.success(), "{out}");
+    for what in ["port", "memory-regions", "qp-states", "objects-in-use"] {
+        assert!(out.contains(&format!("ok {what}\n")), "{what}:\n{out}");
+    }
+}

@@ -64,6 +64,46 @@ fn rping_validate_1000() {
     assert!(!c.contains("data mismatch"), "{c}");
 }
 
+/// `rping -q` on both sides: each creates its own QP, moves it with `rdma_init_qp_attr` and
+/// passes its number in the connection parameters (issue 25 item 5; the server's
+/// `rdma_init_qp_attr` for INIT after CONNECT_REQUEST was `EINVAL`).
+#[test]
+fn rping_with_self_created_qps() {
+    if !have("rping_with_self_created_qps", &["/usr/bin/rping"]) {
+        return;
+    }
+    let (s, c) = rping("rpingq", &["-q", "-v", "-V", "-C", "10"]);
+    assert_eq!(c.matches("ping data: rdma-ping-").count(), 10, "client:\n{c}");
+    assert_eq!(s.matches("server ping data: rdma-ping-").count(), 10, "server:\n{s}");
+}
+
+/// Debian's `cmtime`: 50 connections set up and torn down between two processes, each step
+/// timed (the client exits non-zero if any step fails; the server serves until killed).
+#[test]
+fn cmtime_connections() {
+    if !have("cmtime_connections", &["/usr/bin/cmtime"]) {
+        return;
+    }
+    let dir = lib_dir("cmtime");
+    let (sip, cip, port) = (addr(), addr(), port());
+    let srv = spawn(&dir, &sip, "/usr/bin/cmtime", &["-b", &sip, "-p", &port]);
+    let t = std::time::Instant::now();
+    while !roce_bound(&sip) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let (cok, c) =
+        finish(spawn(&dir, &cip, "/usr/bin/cmtime", &["-s", &sip, "-p", &port, "-c", "50"]), LIMIT);
+    let (_, sout) = finish(srv, Duration::from_millis(100));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(cok, "client:\n{c}\n--- server:\n{sout}");
+    for step in
+        ["create id", "resolve addr", "resolve route", "create qp", "connect", "disconnect", "destroy"]
+    {
+        assert!(c.lines().any(|l| l.starts_with(step)), "no {step} line:\n{c}");
+    }
+}
+
 #[test]
 fn ucmatose_several_connections() {
     if !have("ucmatose_several_connections", &["/usr/bin/ucmatose"]) {

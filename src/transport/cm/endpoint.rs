@@ -1629,25 +1629,43 @@ impl CmEndpoint {
         Ok(())
     }
 
+    /// The connection, if it is in a state where both sides' QP values are known (from the
+    /// REQ received or the REP received on, through [`CmState::Established`]) or in one of
+    /// `also`.
+    fn get_for_qp(&self, id: CmId, also: &[CmState]) -> Result<&Conn, CmError> {
+        const BOTH_KNOWN: [CmState; 7] = [
+            CmState::ReqRcvd,
+            CmState::MraReqSent,
+            CmState::RepRcvd,
+            CmState::MraRepSent,
+            CmState::RepSent,
+            CmState::MraRepRcvd,
+            CmState::Established,
+        ];
+        let c = self.get(id)?;
+        if BOTH_KNOWN.contains(&c.state) || also.contains(&c.state) {
+            Ok(c)
+        } else {
+            Err(CmError::InvalidState { id, state: c.state })
+        }
+    }
+
+    /// What the connection gives a QP moving to INIT (`cm_init_qp_init_attr`): whether it gets
+    /// remote read and atomic access besides remote write (the connection has responder
+    /// resources), and the P_Key. Available from the REQ on (sent or received) through
+    /// [`CmState::Established`].
+    pub fn qp_init_attrs(&self, id: CmId) -> Result<(bool, u16), CmError> {
+        let c = self.get_for_qp(id, &[CmState::ReqSent, CmState::MraReqRcvd])?;
+        Ok((c.responder_resources > 0, c.pkey))
+    }
+
     /// The QP attributes the connection implies, for INIT, RTR and RTS
     /// (`cm_init_qp_init_attr`, `cm_init_qp_rtr_attr`, `cm_init_qp_rts_attr`). Available once
     /// both sides' values are known: from [`CmState::ReqRcvd`] on the passive side (its QP
     /// goes to RTS before the REP leaves) and from [`CmState::RepRcvd`] on the active side,
     /// through [`CmState::Established`].
     pub fn qp_attrs(&self, id: CmId) -> Result<CmQpAttrs, CmError> {
-        let c = self.get(id)?;
-        if !matches!(
-            c.state,
-            CmState::ReqRcvd
-                | CmState::MraReqSent
-                | CmState::RepRcvd
-                | CmState::MraRepSent
-                | CmState::RepSent
-                | CmState::MraRepRcvd
-                | CmState::Established
-        ) {
-            return Err(CmError::InvalidState { id, state: c.state });
-        }
+        let c = self.get_for_qp(id, &[])?;
         let rc = matches!(c.transport, CmTransport::Rc | CmTransport::Xrc);
         Ok(CmQpAttrs {
             transport: c.transport,

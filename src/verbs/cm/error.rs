@@ -39,13 +39,22 @@ pub enum Error {
         /// Why no device could be opened for it.
         why: String,
     },
-    /// The port is bound by another id of this process (librdmacm: `EADDRINUSE`).
+    /// The address and port are bound by another id of this process (the kernel's
+    /// `cma_check_port`: `EADDRINUSE`).
     #[error("{0} is already bound by another rdma_cm id")]
     AddrInUse(SocketAddr),
+    /// The port is bound by another id of this process, one of the two on the wildcard
+    /// address (the kernel's `cma_check_port`: `EADDRNOTAVAIL`).
+    #[error("port {} is already bound by another rdma_cm id (a wildcard bind takes every address)", .0.port())]
+    PortTaken(SocketAddr),
+    /// No route leads to the destination (the kernel's `rdma_resolve_addr`: `ENETUNREACH`).
+    #[error("no route to {0}")]
+    NoRoute(IpAddr),
     /// No free port in the ephemeral range (librdmacm: `EADDRNOTAVAIL`).
     #[error("no free port left in the ephemeral range")]
     NoFreePort,
-    /// Source and destination are of different address families (librdmacm: `EAFNOSUPPORT`).
+    /// Source and destination are of different address families (the kernel's
+    /// `rdma_resolve_addr`: `EINVAL`).
     #[error("source {src} and destination {dst} are of different address families")]
     AddressFamily {
         /// Source.
@@ -57,7 +66,7 @@ pub enum Error {
     #[error("no softroce device is open to listen on: open a Device (or bind to a local address) first")]
     NoDevice,
     /// The port space is not supported (librdmacm: `EPROTONOSUPPORT`).
-    #[error("port space {0:?} is not supported (TCP and UDP are)")]
+    #[error("port space {0:?} is not supported (TCP, UDP, IB and IPoIB are)")]
     PortSpace(crate::wire::cma::PortSpace),
     /// The peer rejected the connection, or nobody listens on the port: a synchronous
     /// `connect` got REJECTED (librdmacm: `ECONNREFUSED`, "Connection refused").
@@ -89,6 +98,9 @@ pub enum Error {
     /// The IB CM refused the command.
     #[error(transparent)]
     Cm(#[from] crate::transport::cm::CmError),
+    /// The connection is established already (the kernel's `rdma_notify`: `EISCONN`).
+    #[error("the connection is established already")]
+    IsConnected,
     /// Multicast is not implemented (librdmacm on a device without it: `ENOSYS`).
     #[error("{0} is not supported by softroce")]
     NotSupported(&'static str),
@@ -114,9 +126,10 @@ impl Error {
             | Error::InvalidArgument(_)
             | Error::PrivateDataTooLong { .. }
             | Error::UnexpectedEvent(_) => libc::EINVAL,
-            Error::AddrNotAvailable { .. } | Error::NoFreePort => libc::EADDRNOTAVAIL,
+            Error::AddrNotAvailable { .. } | Error::NoFreePort | Error::PortTaken(_) => libc::EADDRNOTAVAIL,
             Error::AddrInUse(_) => libc::EADDRINUSE,
-            Error::AddressFamily { .. } => libc::EAFNOSUPPORT,
+            Error::NoRoute(_) => libc::ENETUNREACH,
+            Error::AddressFamily { .. } => libc::EINVAL,
             Error::NoDevice => libc::ENODEV,
             Error::PortSpace(_) => libc::EPROTONOSUPPORT,
             Error::ConnectionRefused { .. } => libc::ECONNREFUSED,
@@ -129,6 +142,7 @@ impl Error {
                 _ => libc::EINVAL,
             },
             Error::NotSupported(_) => libc::ENOSYS,
+            Error::IsConnected => libc::EISCONN,
         }
     }
 }

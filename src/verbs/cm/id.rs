@@ -95,7 +95,11 @@ impl IdInner {
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
             channel: Mutex::new((channel, sync)),
             ps,
-            qp_type: if ps == PortSpace::Udp { RdmaQpType::Ud } else { RdmaQpType::Rc },
+            qp_type: if matches!(ps, PortSpace::Udp | PortSpace::Ipoib) {
+                RdmaQpType::Ud
+            } else {
+                RdmaQpType::Rc
+            },
             st: Mutex::new(IdSt {
                 state: CmIdState::Idle,
                 dev: None,
@@ -106,7 +110,10 @@ impl IdInner {
                 ib: None,
                 listens: Vec::new(),
                 qp: None,
-                seq_num: 0,
+                // The Starting PSN this id will send (in its REQ or REP), fixed at creation as
+                // the kernel's `__rdma_create_id` does: `rdma_init_qp_attr` for RTR gives it
+                // before the REP that carries it is sent.
+                seq_num: registry::rand32() & 0xff_ffff,
                 req: None,
                 sidr_pending: false,
                 ud_peer: None,
@@ -281,10 +288,12 @@ impl std::fmt::Debug for CmId {
 const SYNC_WAIT: Duration = Duration::from_secs(120);
 
 impl CmId {
-    /// `rdma_create_id`: a new id in port space `ps` (TCP: RC; UDP: UD). With a channel its
-    /// events go there; without one (`None`) the id is synchronous.
+    /// `rdma_create_id`: a new id in port space `ps` (TCP and IB: RC; UDP and IPoIB: UD). With
+    /// a channel its events go there; without one (`None`) the id is synchronous. An IPoIB id
+    /// exists, as with the kernel, but a RoCE device resolves no address for it
+    /// ([`CmId::resolve_addr`] reports ADDR_ERROR).
     pub fn new(channel: Option<&EventChannel>, ps: PortSpace) -> Result<CmId> {
-        if ps != PortSpace::Tcp && ps != PortSpace::Udp {
+        if !matches!(ps, PortSpace::Tcp | PortSpace::Udp | PortSpace::Ib | PortSpace::Ipoib) {
             return Err(Error::PortSpace(ps));
         }
         let (ch, sync) = match channel {
@@ -341,6 +350,12 @@ impl CmId {
     /// Whether the id is synchronous (created without a channel).
     pub fn is_sync(&self) -> bool {
         self.inner.sync()
+    }
+
+    /// The channel the id's events go to now: the application's, or — for a synchronous id —
+    /// its own (librdmacm gives a synchronous id a channel of its own, `id->channel`).
+    pub fn event_channel(&self) -> EventChannel {
+        EventChannel { inner: self.inner.channel() }
     }
 
     /// `rdma_migrate_id`: from now on the id's events go to `channel` (`None`: the id becomes
@@ -441,7 +456,11 @@ impl CmId {
 
     /// `rdma_resolve_addr`: picks the local device and address that reach `dst` (binding an
     /// ephemeral port if the id is not bound) and reports ADDR_RESOLVED. `src` names the local
-    /// address to use, as its first argument does.
+    /// address to use, as its first argument does. The destination's port may be 0: as with
+    /// the kernel, it matters only at `connect`. An id bound to the other address family stays
+    /// bound and gets [`Error::AddressFamily`] (`EINVAL`); no route to `dst` is
+    /// [`Error::NoRoute`] (`ENETUNREACH`). An IPoIB id resolves nothing on RoCE: ADDR_ERROR
+    /// with status `-EINVAL` follows, as from the kernel.
     pub fn resolve_addr(
         &mut self,
         src: Option<SocketAddr>,
@@ -454,10 +473,19 @@ impl CmId {
             self.bind_addr(s)?;
         }
         self.expect("resolve_addr", &[CmIdState::Idle, CmIdState::AddrBound])?;
-        if dst.ip().is_unspecified() || dst.port() == 0 {
-            return Err(Error::InvalidArgument("the destination needs an address and a port"));
+        if dst.ip().is_unspecified() {
+            return Err(Error::InvalidArgument("the destination needs an address"));
         }
         let bound = self.inner.st.lock().src;
+        if let Some(b) = bound
+            && b.is_ipv4() != dst.is_ipv4()
+        {
+            return Err(Error::AddressFamily { src: b.ip(), dst: dst.ip() });
+        }
+        if self.inner.ps == PortSpace::Ipoib {
+            self.inner.push(CmEventType::AddrError, -libc::EINVAL, EventParam::None);
+            return self.wait_sync(CmEventType::AddrResolved);
+        }
         let (dev, local) = match (&self.dev, bound) {
             (Some(d), Some(b)) if !b.ip().is_unspecified() => (d.clone(), b.ip()),
             _ => registry::device_towards(dst.ip())?,
@@ -537,10 +565,15 @@ impl CmId {
     }
 
     /// `rdma_listen`: listens for connection requests to the bound port — on the bound
-    /// address's device, or on every open softroce device for a wildcard address. At most
+    /// address's device, or on every open softroce device for a wildcard address (an id not
+    /// bound yet binds to the IPv4 wildcard and an ephemeral port first). At most
     /// `backlog` requests (0: 1024) wait unanswered; more are dropped so that their senders
     /// retry, as Linux does.
     pub fn listen(&mut self, backlog: usize) -> Result<()> {
+        if self.state() == CmIdState::Idle {
+            // As the kernel's rdma_listen: an unbound id binds to the IPv4 wildcard first.
+            self.bind_addr(SocketAddr::from(([0, 0, 0, 0], 0)))?;
+        }
         self.expect("listen", &[CmIdState::AddrBound])?;
         let src = self.src_addr().ok_or(Error::InvalidArgument("bind the id first"))?;
         let backlog = if backlog == 0 { rdma::UCMA_MAX_BACKLOG } else { backlog.min(rdma::UCMA_MAX_BACKLOG) };
@@ -622,8 +655,9 @@ impl CmId {
     }
 
     /// `rdma_create_qp`: creates the id's QP on its device (in `pd`, or the device's default
-    /// protection domain). An RC QP goes to INIT, as librdmacm does, and `connect` or `accept`
-    /// take it to RTR and RTS; a UD QP (UDP port space) goes straight to RTS with Q_Key
+    /// protection domain). An RC QP goes to INIT with no remote access yet, as librdmacm does
+    /// (`rdma_init_qp_attr` before a connection), and `connect` or `accept` give it the
+    /// connection's access and take it to RTR and RTS; a UD QP (UDP port space) goes straight to RTS with Q_Key
     /// 0x01234567 (`RDMA_UDP_QKEY`) and send PSN 0 (`ucma_init_ud_qp`).
     pub fn create_qp(&mut self, pd: Option<&ProtectionDomain>, init: &QpInitAttr<'_>) -> Result<&QueuePair> {
         let dev =
@@ -651,9 +685,7 @@ impl CmId {
             qp.modify(&QpAttrs::rtr_ud())?;
             qp.modify(&QpAttrs::rts_unreliable(Psn::new(0)))?;
         } else {
-            qp.modify(&QpAttrs::init(
-                Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-            ))?;
+            qp.modify(&QpAttrs::init(Access::NONE))?;
         }
         self.inner.st.lock().qp = Some(qp.clone());
         self.qp = Some(qp);
@@ -691,9 +723,7 @@ impl CmId {
                 qp.modify(&QpAttrs::rts_unreliable(Psn::new(0)))?;
             }
         } else if qp.state() == QpState::Reset {
-            qp.modify(&QpAttrs::init(
-                Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-            ))?;
+            qp.modify(&QpAttrs::init(Access::NONE))?;
         }
         self.inner.st.lock().qp = Some(qp.clone());
         self.qp = Some(qp);
@@ -705,6 +735,74 @@ impl CmId {
     pub fn detach_qp(&mut self) -> Option<Arc<QueuePair>> {
         self.inner.st.lock().qp = None;
         self.qp.take()
+    }
+
+    /// `rdma_init_qp_attr`: the attributes that move a QP of the application's own — created on
+    /// the id's device, its number given as [`ConnParam::qp_num`] (UCX, libfabric, `rping -q`)
+    /// — to `state`, as the kernel computes them. Before the id has an IB CM connection (bound,
+    /// resolved, and on every UD id): P_Key index 0, port 1, and remote access 0 (RC) or the
+    /// Q_Key 0x01234567 (UD), whatever the state asked for. From the REQ on (the active side
+    /// after `connect`, the passive after CONNECT_REQUEST) through ESTABLISHED: INIT with
+    /// remote write (and read and atomic when the connection has responder resources); from
+    /// the passive side's request and the active side's CONNECT_RESPONSE on, also RTR (the
+    /// path, MTU, peer QP, this id's Starting PSN, responder resources) and RTS (the peer's
+    /// Starting PSN, retry counts, initiator depth, ACK timeout — the id's own if
+    /// `set_ack_timeout` was called). Anything else, and a listening RC id, is
+    /// [`Error::InvalidState`] (`EINVAL`); `state` is `None` for a value that names no state.
+    pub fn init_qp_attr(&self, state: Option<QpState>) -> Result<QpAttrs> {
+        let dev = self.dev.as_ref().ok_or(Error::InvalidArgument("the id has no device yet"))?;
+        let (ib, seq, ack_timeout, id_state) = {
+            let st = self.inner.st.lock();
+            (st.ib, st.seq_num, st.ack_timeout, st.state)
+        };
+        if self.inner.ps == PortSpace::Ipoib {
+            return Err(Error::InvalidArgument("IPoIB ids have no Q_Key on RoCE"));
+        }
+        let ud = self.inner.qp_type == RdmaQpType::Ud;
+        let ib = match ib {
+            Some(ib) if !ud => ib,
+            _ => {
+                if !ud && id_state == CmIdState::Listen {
+                    return Err(Error::InvalidState { op: "init_qp_attr", state: id_state });
+                }
+                let mut a = QpAttrs { state, pkey_index: Some(0), port_num: Some(1), ..QpAttrs::default() };
+                if ud {
+                    a.qkey = Some(Qkey::new(RDMA_UDP_QKEY));
+                } else {
+                    a.access = Some(Access::NONE);
+                }
+                return Ok(a);
+            }
+        };
+        let invalid = || Error::InvalidState { op: "init_qp_attr", state: id_state };
+        match state {
+            Some(QpState::Init) => {
+                let (read_atomic, _pkey) =
+                    dev.shared.cm_call(move |cm, _| cm.qp_init_attrs(ib))?.map_err(|_| invalid())?;
+                let mut access = Access::REMOTE_WRITE;
+                if read_atomic {
+                    access = access | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+                }
+                Ok(QpAttrs::init(access))
+            }
+            Some(s @ (QpState::Rtr | QpState::Rts)) => {
+                let attrs = dev.shared.cm_call(move |cm, _| cm.qp_attrs(ib))?.map_err(|_| invalid())?;
+                let o = rdma::RdmaQpOverrides {
+                    responder_resources: None,
+                    initiator_depth: None,
+                    ack_timeout,
+                    min_rnr_timer: None,
+                };
+                let (rtr, rts) = cm_moves(dev, attrs, seq, &o)?;
+                Ok(if s == QpState::Rtr { rtr } else { rts })
+            }
+            _ => Err(invalid()),
+        }
+    }
+
+    /// The path record of the resolved route (`id->route.path_rec`), once the route is.
+    pub fn route_path(&self) -> Option<CmPathRecord> {
+        self.inner.st.lock().route.map(|r| rdma::path_record(&r))
     }
 
     fn caps(&self) -> DeviceCaps {
@@ -742,12 +840,11 @@ impl CmId {
             .filter(|q| *q >= 2)
             .ok_or(Error::InvalidArgument("create a QP on the id (or name one) first"))?;
         let neg = rdma::connect_values(param, self.caps());
-        let seq = registry::rand32() & 0xff_ffff;
+        let seq = self.inner.st.lock().seq_num;
         let srq = param.is_some_and(|p| p.srq);
         let req = rdma::req_params(&route, self.inner.ps, qpn, self.inner.qp_type, seq, &neg, srq)?;
         {
             let mut st = self.inner.st.lock();
-            st.seq_num = seq;
             st.conn = param.cloned();
             st.state = CmIdState::Connect;
         }
@@ -816,7 +913,12 @@ impl CmId {
                 .filter(|q| *q >= 2)
                 .ok_or(Error::InvalidArgument("create a QP on the id (or name one) first"))?;
             let pd = param.map(|p| p.private_data.clone()).unwrap_or_default();
-            self.sidr_answer(&dev, SidrStatus::Success, qpn, RDMA_UDP_QKEY, pd)?;
+            if let Err(e) = self.sidr_answer(&dev, SidrStatus::Success, qpn, RDMA_UDP_QKEY, pd) {
+                // As the kernel's rdma_accept: a request it cannot accept is rejected.
+                let _ = self.sidr_answer(&dev, SidrStatus::Reject, 0, 0, Vec::new());
+                self.inner.st.lock().state = CmIdState::Disconnect;
+                return Err(e);
+            }
             self.inner.st.lock().state = CmIdState::Established;
             return Ok(());
         }
@@ -832,8 +934,7 @@ impl CmId {
             .filter(|q| *q >= 2)
             .ok_or(Error::InvalidArgument("create a QP on the id (or name one) first"))?;
         let neg = rdma::accept_values(param, &req, self.caps());
-        let seq = registry::rand32() & 0xff_ffff;
-        self.inner.st.lock().seq_num = seq;
+        let seq = self.inner.st.lock().seq_num;
         if let Some(qp) = &qp {
             let attrs = dev.shared.cm_call(move |cm, _| cm.qp_attrs(ib))??;
             let mut p = param.cloned().unwrap_or_default();
@@ -842,8 +943,22 @@ impl CmId {
             let ack_timeout = self.inner.st.lock().ack_timeout;
             move_qp(qp, &dev, attrs, seq, Some(&p), ack_timeout)?;
         }
-        let rep = rdma::rep_params(qpn, seq, &neg, param.is_some_and(|p| p.srq))?;
-        dev.shared.cm_call(move |cm, now| cm.accept(now, ib, &rep))??;
+        let sent = (|| -> Result<()> {
+            let rep = rdma::rep_params(qpn, seq, &neg, param.is_some_and(|p| p.srq))?;
+            dev.shared.cm_call(move |cm, now| cm.accept(now, ib, &rep))??;
+            Ok(())
+        })();
+        if let Err(e) = sent {
+            // As the kernel's rdma_accept: a request it cannot accept (the REP refused, e.g.
+            // private data too long) is rejected, and the QP goes to ERR.
+            if let Some(qp) = &qp {
+                let _ = qp.modify(&QpAttrs::error());
+            }
+            let _ =
+                dev.shared.cm_call(move |cm, now| cm.reject(now, ib, RejReason::ConsumerDefined, &[], &[]));
+            self.inner.st.lock().state = CmIdState::Disconnect;
+            return Err(e);
+        }
         self.wait_sync(CmEventType::Established)
     }
 
@@ -899,6 +1014,23 @@ impl CmId {
             self.inner.st.lock().state = CmIdState::Established;
         }
         Ok(())
+    }
+
+    /// `rdma_notify(IBV_EVENT_COMM_EST)`: the passive side's QP received its first packet
+    /// before the RTU — the connection is established (ESTABLISHED follows), as the kernel's
+    /// `ib_cm_notify`. [`Error::IsConnected`] if it is already, [`Error::InvalidState`] on an
+    /// id without an IB CM connection or whose connection is not waiting for an RTU.
+    pub fn notify_established(&mut self) -> Result<()> {
+        let dev = self.dev.clone().ok_or(Error::InvalidArgument("the id has no device"))?;
+        let ib = self.ib_id("notify")?;
+        match dev.shared.cm_call(move |cm, _| cm.establish(ib))? {
+            Ok(()) => Ok(()),
+            Err(crate::transport::cm::CmError::InvalidState {
+                state: crate::transport::cm::CmState::Established,
+                ..
+            }) => Err(Error::IsConnected),
+            Err(e) => Err(Error::Cm(e)),
+        }
     }
 
     /// `rdma_disconnect`: the QP to ERR (its outstanding work flushes), then the DREQ (or the
@@ -987,7 +1119,32 @@ fn move_qp(
         ack_timeout,
         min_rnr_timer: None,
     };
-    let a = rdma::rdma_qp_attrs(attrs, seq, &o);
+    let mut access = Access::NONE;
+    if attrs.remote_write {
+        access = access | Access::REMOTE_WRITE;
+    }
+    if attrs.remote_read_atomic {
+        access = access | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    }
+    let (rtr, rts) = cm_moves(dev, attrs, seq, &o)?;
+    if qp.state() == QpState::Init {
+        // librdmacm's `ucma_modify_qp_rtr`: INIT again with the connection's access, then RTR.
+        qp.modify(&QpAttrs::init(access))?;
+        qp.modify(&rtr)?;
+    }
+    qp.modify(&rts)?;
+    Ok(())
+}
+
+/// The RTR and RTS attributes of an RC connection's QP on `dev` (`rdma_init_qp_attr` for
+/// those states): the CM's values, RTR's receive PSN the id's `seq`, the overrides applied.
+fn cm_moves(
+    dev: &Device,
+    attrs: CmQpAttrs,
+    seq: u32,
+    o: &rdma::RdmaQpOverrides,
+) -> Result<(QpAttrs, QpAttrs)> {
+    let a = rdma::rdma_qp_attrs(attrs, seq, o);
     if a.transport != CmTransport::Rc {
         return Err(Error::NotSupported("connections other than RC"));
     }
@@ -1002,16 +1159,12 @@ fn move_qp(
     let mut rtr = QpAttrs::rtr(av, mtu, Qpn::new(a.dest_qpn), Psn::new(a.rq_psn));
     rtr.max_dest_rd_atomic = Some(a.max_dest_rd_atomic);
     rtr.min_rnr_timer = Some(a.min_rnr_timer);
-    if qp.state() == QpState::Init {
-        qp.modify(&rtr)?;
-    }
     let mut rts = QpAttrs::rts(Psn::new(a.sq_psn));
     rts.retry_cnt = Some(a.retry_cnt);
     rts.rnr_retry = Some(a.rnr_retry);
     rts.max_rd_atomic = Some(a.max_rd_atomic);
     rts.timeout = Some(a.timeout);
-    qp.modify(&rts)?;
-    Ok(())
+    Ok((rtr, rts))
 }
 
 /// Installs the RDMA CM's handler of a device's IB CM events (at [`Device::open`]).
@@ -1055,9 +1208,10 @@ pub(crate) fn on_cm_event(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time,
             inner.st.lock().rep = Some(rep);
             inner.push(CmEventType::ConnectResponse, 0, param);
         }
-        IbEvent::RtuReceived { private_data, .. } => {
+        IbEvent::RtuReceived { .. } => {
+            // (the kernel's ESTABLISHED on the passive side carries no private data)
             inner.st.lock().state = CmIdState::Established;
-            inner.push(kind, status, EventParam::Conn(ConnEventParam { private_data, ..Default::default() }));
+            inner.push(kind, status, EventParam::Conn(ConnEventParam::default()));
         }
         IbEvent::UserEstablished { .. } => {
             inner.st.lock().state = CmIdState::Established;

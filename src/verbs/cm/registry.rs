@@ -103,7 +103,7 @@ pub(crate) fn device_towards(dst: IpAddr) -> Result<(Device, IpAddr)> {
         return Ok((d.clone(), dst));
     }
     let Some(s) = src else {
-        return Err(Error::AddrNotAvailable { addr: dst, why: "no route to it".into() });
+        return Err(Error::NoRoute(dst));
     };
     match open(s) {
         Ok(d) => Ok((d, s)),
@@ -178,11 +178,17 @@ static PORTS: Mutex<Option<PortTable>> = Mutex::new(None);
 /// The kernel's default ephemeral range (`ip_local_port_range`).
 const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
 
-fn conflicts(list: &[Bound], ip: IpAddr, reuse: bool) -> bool {
-    list.iter().any(|b| {
+/// The binding of the port that a bind to `ip` conflicts with (the kernel's `cma_check_port`:
+/// a wildcard on either side, or the same address; unless both ids reuse addresses).
+fn conflict(list: &[Bound], ip: IpAddr, reuse: bool) -> Option<&Bound> {
+    list.iter().find(|b| {
         let overlap = b.ip.is_unspecified() || ip.is_unspecified() || b.ip == ip;
         overlap && !(reuse && b.reuse)
     })
+}
+
+fn conflicts(list: &[Bound], ip: IpAddr, reuse: bool) -> bool {
+    conflict(list, ip, reuse).is_some()
 }
 
 /// Binds `addr` in `ps` for id `id` (port 0: a free ephemeral port).
@@ -190,13 +196,14 @@ pub(crate) fn bind_port(ps: PortSpace, addr: SocketAddr, id: u64, reuse: bool) -
     let mut g = PORTS.lock();
     let map = g.get_or_insert_with(HashMap::new);
     if addr.port() != 0 {
-        if map.get(&(ps, addr.port())).is_some_and(|l| conflicts(l, addr.ip(), reuse)) {
-            return Err(Error::AddrInUse(addr));
+        if let Some(b) = map.get(&(ps, addr.port())).and_then(|l| conflict(l, addr.ip(), reuse)) {
+            return Err(taken(addr, b.ip.is_unspecified()));
         }
-        let claim = if reuse { None } else { claim(ps, addr.ip(), addr.port())? };
-        if !reuse && claim.is_none() {
-            return Err(Error::AddrInUse(addr));
-        }
+        let claim = match if reuse { Claim::Unclaimed } else { claim(ps, addr.ip(), addr.port())? } {
+            Claim::Taken { wildcard } => return Err(taken(addr, wildcard)),
+            Claim::Got(c) => Some(c),
+            Claim::Unclaimed => None,
+        };
         map.entry((ps, addr.port())).or_default().push(Bound { ip: addr.ip(), id, reuse });
         return Ok(PortBinding { ps, addr, id, _claim: claim });
     }
@@ -206,7 +213,7 @@ pub(crate) fn bind_port(ps: PortSpace, addr: SocketAddr, id: u64, reuse: bool) -
         if map.get(&(ps, p)).is_some_and(|l| conflicts(l, addr.ip(), false)) {
             continue;
         }
-        let Some(c) = claim(ps, addr.ip(), p)? else { continue };
+        let Claim::Got(c) = claim(ps, addr.ip(), p)? else { continue };
         map.entry((ps, p)).or_default().push(Bound { ip: addr.ip(), id, reuse });
         return Ok(PortBinding { ps, addr: SocketAddr::new(addr.ip(), p), id, _claim: Some(c) });
     }
@@ -217,9 +224,9 @@ pub(crate) fn bind_port(ps: PortSpace, addr: SocketAddr, id: u64, reuse: bool) -
 /// one port space per namespace would refuse a port another process holds: an abstract unix
 /// name per (port space, port, address), `any` for the wildcard, bound while the binding lives
 /// (released by the kernel when the process dies). A specific address conflicts with the
-/// wildcard and itself; the wildcard with any address. `None`: the port is taken. Ports bound
-/// with reuse (`RDMA_OPTION_ID_REUSEADDR`) are not claimed across processes.
-fn claim(ps: PortSpace, ip: IpAddr, port: u16) -> Result<Option<socket2::Socket>> {
+/// wildcard and itself; the wildcard with any address. Ports bound with reuse
+/// (`RDMA_OPTION_ID_REUSEADDR`) are not claimed across processes.
+fn claim(ps: PortSpace, ip: IpAddr, port: u16) -> Result<Claim> {
     use crate::verbs::share::unix;
     let base = format!("\0softroce/v1/cm/{}/{port}/", ps as u16);
     let name = |what: &str| format!("{base}{what}").into_bytes();
@@ -237,17 +244,33 @@ fn claim(ps: PortSpace, ip: IpAddr, port: u16) -> Result<Option<socket2::Socket>
         if others.lines().any(|l| {
             l.split_whitespace().last().is_some_and(|n| n.starts_with(&prefix) && !n.ends_with("/lock"))
         }) {
-            return Ok(None);
+            return Ok(Claim::Taken { wildcard: true });
         }
     } else if taken("any")? {
-        return Ok(None);
+        return Ok(Claim::Taken { wildcard: true });
     }
     let what = if ip.is_unspecified() { "any".to_string() } else { ip.to_string() };
     match unix::bind(socket2::Type::DGRAM, &name(&what)) {
-        Ok(s) => Ok(Some(s)),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Ok(None),
+        Ok(s) => Ok(Claim::Got(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Ok(Claim::Taken { wildcard: ip.is_unspecified() }),
         Err(e) => Err(io(e)),
     }
+}
+
+/// What [`claim`] found.
+enum Claim {
+    /// The port is this process's on the address while the socket lives.
+    Got(socket2::Socket),
+    /// Another process holds it; `wildcard`: the wildcard was on one side.
+    Taken { wildcard: bool },
+    /// Not claimed across processes (bound with reuse).
+    Unclaimed,
+}
+
+/// The error for a port taken at `addr`: as the kernel, a wildcard on either side is
+/// EADDRNOTAVAIL, the same address EADDRINUSE.
+fn taken(addr: SocketAddr, wildcard: bool) -> Error {
+    if wildcard || addr.ip().is_unspecified() { Error::PortTaken(addr) } else { Error::AddrInUse(addr) }
 }
 
 impl Drop for PortBinding {

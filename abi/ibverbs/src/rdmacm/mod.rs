@@ -105,6 +105,26 @@ struct IdSt {
     owns_cqs: bool,
     /// `rdma_create_ep` on a passive id: the QP every new connection gets.
     ep_attr: Option<(ibv_qp_init_attr, *mut ibv_pd)>,
+    /// A synchronous id's own channel (`id->channel`, as librdmacm gives one), destroyed with
+    /// the id or when it migrates to an application's channel.
+    own_channel: *mut rdma_event_channel,
+}
+
+/// The C channel of a synchronous id: the channel its events go to, as an object of ours.
+fn own_channel_of(cm: &CmId) -> *mut rdma_event_channel {
+    let ch = cm.event_channel();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&ch);
+    Obj::into_c(
+        rdma_event_channel { fd },
+        CHAN_MAGIC,
+        Chan { ch, waiters: Default::default(), destroyed: Default::default() },
+    )
+}
+
+/// Destroys a synchronous id's own channel (NULL: nothing).
+fn drop_own_channel(ch: *mut rdma_event_channel) {
+    // SAFETY: a channel own_channel_of made; nobody else holds it.
+    drop(unsafe { ChanObj::take(ch, CHAN_MAGIC) });
 }
 
 /// The Rust side of an event.
@@ -240,21 +260,100 @@ fn init() {
     static INIT: OnceLock<()> = OnceLock::new();
     INIT.get_or_init(|| {
         softroce::verbs::cm::registry::set_device_opener(Some(Arc::new(open_for)));
-        // SAFETY: registers a function with no arguments that stays in the library (which is
-        // never unloaded: it is the process's libibverbs).
-        unsafe { libc::atexit(disconnect_at_exit) };
+        if let Some(h) = ExitHelper::start() {
+            let _ = EXIT_HELPER.set(h);
+            // SAFETY: registers a function with no arguments that stays in the library (which
+            // is never unloaded: it is the process's libibverbs).
+            unsafe { libc::atexit(disconnect_at_exit) };
+        }
     });
+}
+
+/// How long `exit` waits at most for the exit-time disconnects (see [`disconnect_at_exit`]).
+const EXIT_WAIT_MS: c_int = 1000;
+
+/// The thread that disconnects at `exit` on the exiting thread's behalf: `wake` (an eventfd)
+/// starts it, it writes `done` when finished.
+struct ExitHelper {
+    wake: c_int,
+    done: c_int,
+    /// The process that started it (a child of `fork` has no such thread).
+    pid: u32,
+}
+
+static EXIT_HELPER: OnceLock<ExitHelper> = OnceLock::new();
+
+impl ExitHelper {
+    /// Starts the helper thread (`None` if the descriptors or the thread cannot be made: the
+    /// process then exits without disconnecting, as a killed one does).
+    fn start() -> Option<ExitHelper> {
+        // SAFETY: eventfd has no memory preconditions.
+        let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        // SAFETY: as above.
+        let done = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        let close = |fd: c_int| {
+            if fd >= 0 {
+                // SAFETY: a descriptor this function made.
+                unsafe { libc::close(fd) };
+            }
+        };
+        if wake < 0 || done < 0 {
+            close(wake);
+            close(done);
+            return None;
+        }
+        let spawned = std::thread::Builder::new().name("softroce-cm-exit".into()).spawn(move || {
+            let mut v = 0u64;
+            // SAFETY: reads 8 bytes into a local from the eventfd this thread owns.
+            while unsafe { libc::read(wake, (&raw mut v).cast(), 8) } != 8 {}
+            disconnect_all();
+            let one = 1u64;
+            // SAFETY: writes 8 bytes from a local to the eventfd.
+            unsafe { libc::write(done, (&raw const one).cast(), 8) };
+        });
+        if spawned.is_err() {
+            close(wake);
+            close(done);
+            return None;
+        }
+        Some(ExitHelper { wake, done, pid: std::process::id() })
+    }
 }
 
 /// At `exit`: every connection an id still holds is disconnected (a DREQ, or the DREP to the
 /// peer's DREQ), as the kernel does when a process's `rdma_cm` descriptor closes — the peer
-/// learns at once that the process is gone instead of when its QP next times out. Best
-/// effort: an id another thread holds at that moment is left alone. (A killed process sends
-/// nothing: there is no kernel to do it for us.)
+/// learns at once that the process is gone instead of when its QP next times out. (A killed
+/// process sends nothing: there is no kernel to do it for us.)
+///
+/// Exit must never block: `exit` may run on a thread that holds anything the library takes —
+/// a signal handler that calls `exit` can interrupt a thread inside `ibv_poll_cq` holding the
+/// engine's progress lock, inside `malloc`, or inside an `rdma_*` call holding an id's lock. So
+/// this handler takes no lock and allocates nothing: it wakes the helper thread, which does the
+/// work, and waits for it at most [`EXIT_WAIT_MS`] (if what the helper needs is held by the
+/// exiting thread, the process exits without the disconnects, as a killed one does).
 extern "C" fn disconnect_at_exit() {
+    let Some(h) = EXIT_HELPER.get() else { return };
+    // SAFETY: getpid has no preconditions.
+    if unsafe { libc::getpid() } as u32 != h.pid {
+        return;
+    }
+    let one = 1u64;
+    // SAFETY: writes 8 bytes from a local to the helper's eventfd.
+    if unsafe { libc::write(h.wake, (&raw const one).cast(), 8) } != 8 {
+        return;
+    }
+    let mut p = libc::pollfd { fd: h.done, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one pollfd on the stack.
+    unsafe { libc::poll(&mut p, 1, EXIT_WAIT_MS) };
+}
+
+/// The helper thread's work at exit ([`disconnect_at_exit`]): each id that holds a connection
+/// disconnects it, then one round trip through each engine so that the MADs have been handed
+/// to the socket before the process goes. Best effort: an id another thread holds is left alone.
+fn disconnect_all() {
     let _ = std::panic::catch_unwind(|| {
         // Held throughout: rdma_destroy_id cannot free an id under us.
-        let Some(ids) = IDS.try_lock() else { return };
+        let Some(ids) = IDS.try_lock_for(Duration::from_millis(100)) else { return };
         let mut devices: Vec<softroce::verbs::Device> = Vec::new();
         for p in ids.iter().flat_map(|m| m.values()) {
             // SAFETY: registered ids are live until rdma_destroy_id removes them (it needs IDS).
@@ -269,8 +368,6 @@ extern "C" fn disconnect_at_exit() {
                 devices.push(d.clone());
             }
         }
-        // One more round trip through each engine: the MADs the disconnects produced have
-        // been handed to the socket before the process goes.
         for d in devices {
             let _ = d.counters();
         }
@@ -308,7 +405,8 @@ unsafe fn sockaddr_to(p: *const sockaddr) -> Result<Option<SocketAddr>, Errno> {
                 s.sin6_scope_id,
             ))))
         }
-        _ => Err(libc::EAFNOSUPPORT),
+        // (librdmacm's `ucma_addrlen` is 0 for any other family: EINVAL)
+        _ => Err(libc::EINVAL),
     }
 }
 
@@ -343,20 +441,85 @@ fn gid_of(ip: Option<SocketAddr>) -> ibv_gid {
     ibv_gid { raw: ip.map_or([0; 16], |a| softroce::wire::cma::ip_to_gid(a.ip())) }
 }
 
-/// Copies the Rust id's state into its C fields (`verbs`, addresses, GIDs, port, QP state).
+/// Copies the Rust id's state into its C fields (`verbs`, `pd`, addresses, GIDs, port, the
+/// route's path record, QP state), as librdmacm's queries after each call fill them.
 fn refresh(c: *mut rdma_cm_id, cm: &CmId) {
     let verbs = cm.device().and_then(|d| context_for(d).ok()).unwrap_or(std::ptr::null_mut());
     let (src, dst) = (cm.src_addr(), cm.dst_addr());
+    // A bound id's destination is the zero address of its family (the kernel's).
+    let dst = dst.or(src.map(|s| SocketAddr::new(unspecified(s.ip()), 0)));
     // SAFETY: `c` is a live id of ours; the application does not write these fields.
     unsafe {
         (*c).verbs = verbs;
         (*c).port_num = u8::from(!verbs.is_null());
+        if !verbs.is_null()
+            && (*c).pd.is_null()
+            && let Ok(pd) = default_pd(verbs)
+        {
+            // librdmacm's per-device PD, `id->pd` once the id has a device.
+            (*c).pd = pd;
+        }
         write_sockaddr(&mut (*c).route.addr.src_storage, src);
         write_sockaddr(&mut (*c).route.addr.dst_storage, dst);
         (*c).route.addr.ibaddr.sgid = gid_of(src);
         (*c).route.addr.ibaddr.dgid = gid_of(dst);
-        (*c).route.addr.ibaddr.pkey = 0xffff_u16.to_be();
+        (*c).route.addr.ibaddr.pkey = 0;
+        if let Some(p) = cm.route_path() {
+            set_path_record(c, &p);
+        }
         sync_qp_state(c, cm);
+    }
+}
+
+/// The unspecified address of `ip`'s family.
+fn unspecified(ip: IpAddr) -> IpAddr {
+    if ip.is_ipv4() { Ipv4Addr::UNSPECIFIED.into() } else { Ipv6Addr::UNSPECIFIED.into() }
+}
+
+/// `id->route.path_rec` (one path, `num_paths` 1) from the resolved route, as librdmacm fills
+/// it from the kernel's route (`cma_resolve_iboe_route`: the selectors "exactly", reversible).
+/// Freed with the id.
+///
+/// # Safety
+/// `c` is a live id of ours.
+unsafe fn set_path_record(c: *mut rdma_cm_id, p: &softroce::transport::cm::CmPathRecord) {
+    use crate::kern::ibv_sa_path_rec;
+    const IB_SA_EQ: u8 = 2;
+    // SAFETY: per the caller.
+    let mut rec = unsafe { (*c).route.path_rec }.cast::<ibv_sa_path_rec>();
+    if rec.is_null() {
+        // SAFETY: calloc of one path record (freed by rdma_destroy_id).
+        rec = unsafe { libc::calloc(1, std::mem::size_of::<ibv_sa_path_rec>()) }.cast();
+        if rec.is_null() {
+            return;
+        }
+    }
+    let r = ibv_sa_path_rec {
+        dgid: ibv_gid { raw: p.remote_gid },
+        sgid: ibv_gid { raw: p.local_gid },
+        dlid: 0,
+        slid: 0,
+        raw_traffic: 0,
+        flow_label: p.flow_label.to_be(),
+        hop_limit: p.hop_limit,
+        traffic_class: p.traffic_class,
+        reversible: 1,
+        numb_path: 0,
+        pkey: p.pkey.to_be(),
+        sl: p.sl,
+        mtu_selector: IB_SA_EQ,
+        mtu: p.mtu,
+        rate_selector: IB_SA_EQ,
+        rate: p.rate,
+        packet_life_time_selector: IB_SA_EQ,
+        packet_life_time: p.packet_life_time,
+        preference: 0,
+    };
+    // SAFETY: `rec` is a path record of ours; `c` per the caller.
+    unsafe {
+        rec.write(r);
+        (*c).route.path_rec = rec.cast();
+        (*c).route.num_paths = 1;
     }
 }
 
@@ -438,9 +601,13 @@ fn new_id(cm: CmId, channel: *mut rdma_event_channel, context: *mut c_void, ps: 
     c.context = context;
     c.ps = ps;
     c.qp_type = if ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB { IBV_QPT_UD } else { IBV_QPT_RC };
+    let own_channel = if channel.is_null() { own_channel_of(&cm) } else { std::ptr::null_mut() };
+    if !own_channel.is_null() {
+        c.channel = own_channel;
+    }
     let serial = cm.serial();
     let id = Id {
-        st: Mutex::new(IdSt { cm: Some(cm), owns_cqs: false, ep_attr: None }),
+        st: Mutex::new(IdSt { cm: Some(cm), owns_cqs: false, ep_attr: None, own_channel }),
         unacked: Mutex::new(0),
         acked: Condvar::new(),
     };
@@ -506,19 +673,22 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         // SAFETY: per the caller.
         let o = unsafe { id_of(id) }.ok_or(libc::EINVAL)?;
         o.rust.wait_acked();
-        let cm = {
+        let (cm, own) = {
             let mut st = o.rust.st.lock();
             if st.owns_cqs {
                 // SAFETY: the id is ours and going away.
                 unsafe { destroy_cqs(id) };
                 st.owns_cqs = false;
             }
-            st.cm.take()
+            (st.cm.take(), std::mem::replace(&mut st.own_channel, std::ptr::null_mut()))
         };
         if let (Some(cm), Some(m)) = (&cm, IDS.lock().as_mut()) {
             m.remove(&cm.serial());
         }
         drop(cm);
+        drop_own_channel(own);
+        // SAFETY: the id is ours and going away; its path record is ours (or NULL).
+        unsafe { libc::free((*id).route.path_rec) };
         // SAFETY: per the caller.
         drop(unsafe { IdObj::take(id, ID_MAGIC) });
         Ok(())
@@ -755,9 +925,14 @@ pub unsafe extern "C" fn rdma_create_qp(
         // SAFETY: per the caller.
         let a = unsafe { &mut *attr };
         let mut x = attr_ex(pd, a);
-        create_qp(id, st, cm, &mut x)?;
+        let r = create_qp(id, st, cm, &mut x);
+        // As librdmacm, which copies its extended attributes back whatever the outcome: the
+        // CQs it used (or made) and the granted capacities.
+        a.send_cq = x.send_cq;
+        a.recv_cq = x.recv_cq;
+        a.srq = x.srq;
         a.cap = x.cap;
-        Ok(())
+        r
     })
 }
 
@@ -772,10 +947,8 @@ pub unsafe extern "C" fn rdma_create_qp_ex(id: *mut rdma_cm_id, attr: *mut ibv_q
         }
         // SAFETY: per the caller.
         let x = unsafe { &mut *attr };
-        let mut y = *x;
-        create_qp(id, st, cm, &mut y)?;
-        x.cap = y.cap;
-        Ok(())
+        // librdmacm works on the caller's attributes themselves (PD, CQs, capacities).
+        create_qp(id, st, cm, x)
     })
 }
 
@@ -831,6 +1004,33 @@ unsafe fn conn_param(p: *const rdma_conn_param) -> Option<ConnParam> {
     })
 }
 
+/// librdmacm's `ucma_valid_param`, for ids in the TCP port space: a connection needs the id's
+/// QP or parameters (naming the QP), and the responder resources and initiator depth asked
+/// for (but for the "maximum" 255) are at most the device's `max_qp_rd_atom` and
+/// `max_qp_init_rd_atom`; else `EINVAL`.
+///
+/// # Safety
+/// `id` is a live id of ours.
+unsafe fn valid_param(id: *mut rdma_cm_id, p: Option<&ConnParam>) -> Result<(), Errno> {
+    // SAFETY: per the caller.
+    let (ps, qp, verbs) = unsafe { ((*id).ps, (*id).qp, (*id).verbs) };
+    if ps != RDMA_PS_TCP {
+        return Ok(());
+    }
+    let Some(p) = p else { return if qp.is_null() { Err(libc::EINVAL) } else { Ok(()) } };
+    // SAFETY: the id's context is one of ours (or NULL).
+    let Some(ctx) = (unsafe { crate::context::Context::from_ibv(verbs) }) else { return Ok(()) };
+    let a = crate::device::device_attr(&ctx.rt);
+    let max_resp = a.max_qp_rd_atom.clamp(0, 255) as u8;
+    let max_init = a.max_qp_init_rd_atom.clamp(0, 255) as u8;
+    if (p.responder_resources != u8::MAX && p.responder_resources > max_resp)
+        || (p.initiator_depth != u8::MAX && p.initiator_depth > max_init)
+    {
+        return Err(libc::EINVAL);
+    }
+    Ok(())
+}
+
 /// `rdma_connect`: ESTABLISHED, REJECTED or UNREACHABLE follows (a synchronous id waits: -1
 /// + `ECONNREFUSED` when rejected).
 ///
@@ -840,6 +1040,8 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
     with_id(id, |_, cm| {
         // SAFETY: per the caller.
         let p = unsafe { conn_param(param) };
+        // SAFETY: the id is live (with_id holds it).
+        unsafe { valid_param(id, p.as_ref()) }?;
         cm.connect(p.as_ref()).map_err(|e| cm_errno(&e))
     })
 }
@@ -852,6 +1054,8 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
     with_id(id, |_, cm| {
         // SAFETY: per the caller.
         let p = unsafe { conn_param(param) };
+        // SAFETY: the id is live (with_id holds it).
+        unsafe { valid_param(id, p.as_ref()) }?;
         cm.accept(p.as_ref()).map_err(|e| cm_errno(&e))
     })
 }
@@ -898,18 +1102,19 @@ pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
 }
 
 /// `rdma_notify`: `IBV_EVENT_COMM_EST` establishes the connection (the passive QP received
-/// before the RTU); other events are accepted and ignored, as the kernel does.
+/// before the RTU; `EISCONN` if it is already); every other event, and an id without a
+/// connection, is `EINVAL`, as the kernel's `ib_cm_notify`.
 ///
 /// # Safety
 /// `id` is an id of ours.
 pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
     const IBV_EVENT_COMM_EST: c_int = 5;
-    with_id(
-        id,
-        |_, cm| {
-            if event == IBV_EVENT_COMM_EST { cm.establish().map_err(|e| cm_errno(&e)) } else { Ok(()) }
-        },
-    )
+    with_id(id, |_, cm| {
+        if event != IBV_EVENT_COMM_EST {
+            return Err(libc::EINVAL);
+        }
+        cm.notify_established().map_err(|e| cm_errno(&e))
+    })
 }
 
 /// `rdma_get_request`: on a synchronous listener, waits for a connection request and returns
@@ -1004,6 +1209,13 @@ fn take_event(chp: *mut rdma_event_channel, o: &ChanObj) -> Result<Option<*mut r
                 srq: u8::from(p.srq),
                 qp_num: p.qp_num,
             };
+        }
+        EventParam::Ud(_) if kind == softroce::verbs::cm::CmEventType::ConnectRequest => {
+            // A SIDR request's event carries only its private data (the kernel's
+            // `cma_ib_req_handler`): no address vector, QP number or Q_Key.
+            // SAFETY: rdma_ud_param is plain data: all-zero is valid.
+            c.param.ud = unsafe { std::mem::zeroed() };
+            c.param.ud.private_data_len = len;
         }
         EventParam::Ud(u) => {
             // SAFETY: ibv_ah_attr is plain data: all-zero is valid.
@@ -1348,8 +1560,9 @@ pub unsafe extern "C" fn rdma_set_option(
 ) -> c_int {
     use softroce::verbs::cm::CmIdState as S;
     with_id(id, |_, cm| {
-        if val.is_null() {
-            return Err(libc::EINVAL);
+        if val.is_null() && len > 0 {
+            // (the kernel copies the option from user memory: NULL faults)
+            return Err(libc::EFAULT);
         }
         let byte = || {
             // SAFETY: per the caller, `len` (checked to be 1) readable bytes.
@@ -1381,6 +1594,26 @@ pub unsafe extern "C" fn rdma_set_option(
                 int()?;
                 if matches!(cm.state(), S::Idle | S::AddrBound) { Ok(()) } else { Err(libc::EINVAL) }
             }
+            (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {
+                // The kernel's `ucma_set_ib_path`: whole `struct ibv_path_data` entries, one of
+                // them the primary bidirectional GMP path, on an id with a device; on RoCE the
+                // path stands for route resolution (ROUTE_RESOLVED follows), from
+                // ADDR_RESOLVED only.
+                const ENTRY: usize = 72;
+                const PRIMARY_GMP_BIDIRECTIONAL: u32 = 0x1 | 0x2 | 0x8 | 0x20;
+                if !len.is_multiple_of(ENTRY) {
+                    return Err(libc::EINVAL);
+                }
+                let found = (0..len / ENTRY).any(|i| {
+                    // SAFETY: `len` readable bytes (whole entries); each starts with its flags.
+                    let flags = unsafe { val.cast::<u8>().add(i * ENTRY).cast::<u32>().read_unaligned() };
+                    flags == PRIMARY_GMP_BIDIRECTIONAL
+                });
+                if !found || cm.device().is_none() || cm.state() != S::AddrResolved {
+                    return Err(libc::EINVAL);
+                }
+                cm.resolve_route(Duration::ZERO).map_err(|e| cm_errno(&e))
+            }
             _ => Err(libc::ENOSYS),
         }
     })
@@ -1400,20 +1633,29 @@ pub unsafe extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma
         // SAFETY: per the caller.
         let to = unsafe { channel_arg(channel) }?;
         {
-            let st = o.rust.st.lock();
+            let mut st = o.rust.st.lock();
             let cm = st.cm.as_ref().ok_or(libc::EINVAL)?;
+            if to.is_none() && !st.own_channel.is_null() {
+                // Synchronous already: nothing moves.
+                return Ok(());
+            }
             cm.migrate(to.map(|c| &c.rust.ch)).map_err(|e| cm_errno(&e))?;
+            // A synchronous id gets a channel of its own, as librdmacm's.
+            let own = if to.is_none() { own_channel_of(cm) } else { std::ptr::null_mut() };
+            drop_own_channel(std::mem::replace(&mut st.own_channel, own));
             // SAFETY: the id is live; the application does not write `channel` concurrently.
-            unsafe { (*id).channel = channel };
+            unsafe { (*id).channel = if own.is_null() { channel } else { own } };
         }
         o.rust.wait_acked();
         Ok(())
     })
 }
 
-/// `rdma_init_qp_attr`: the attributes to move a QP to INIT (pkey index 0, port 1, every
-/// remote access, as librdmacm); later states are applied by `rdma_connect`/`rdma_accept`
-/// themselves, so asking for them is `EINVAL` here.
+/// `rdma_init_qp_attr`: the attributes and mask that move a QP to `attr->qp_state`, as the
+/// kernel computes them for the id's state ([`CmId::init_qp_attr`]): what programs that
+/// create and move their own QP on `id->verbs` (UCX, libfabric, `rping -q`) use. Every other
+/// field of `*attr` is zeroed, as librdmacm copies the kernel's answer over it. -1 + `EINVAL`
+/// for an id without a device or in a state that gives none.
 ///
 /// # Safety
 /// `id` is an id of ours; `attr` and `mask` writable.
@@ -1426,24 +1668,18 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
         if attr.is_null() || mask.is_null() {
             return Err(libc::EINVAL);
         }
-        if cm.device().is_none() {
-            return Err(libc::EINVAL);
-        }
-        let connected = matches!(
-            cm.state(),
-            softroce::verbs::cm::CmIdState::Connect | softroce::verbs::cm::CmIdState::Established
-        );
-        if connected {
-            return Err(libc::EINVAL);
+        // SAFETY: per the caller.
+        let raw = unsafe { (*attr).qp_state };
+        let q = cm.init_qp_attr(crate::qp::state_of(raw).ok()).map_err(|e| cm_errno(&e))?;
+        let (mut a, m) = crate::qp::ibv_attr_of(&q);
+        if q.state.is_none() {
+            // (a value that names no state is echoed, as the kernel does)
+            a.qp_state = raw;
         }
         // SAFETY: per the caller.
         unsafe {
-            *attr = std::mem::zeroed();
-            (*attr).qp_state = 1; // IBV_QPS_INIT
-            (*attr).pkey_index = 0;
-            (*attr).port_num = 1;
-            (*attr).qp_access_flags = 1 | 2 | 4 | 8; // LOCAL_WRITE | REMOTE_WRITE | READ | ATOMIC
-            *mask = 1 | 8 | 16 | 32; // STATE | ACCESS_FLAGS | PKEY_INDEX | PORT
+            *attr = a;
+            *mask = m | 1; // IBV_QP_STATE
         }
         Ok(())
     })
@@ -1571,98 +1807,178 @@ pub extern "C" fn rdma_leave_multicast(_id: *mut rdma_cm_id, _addr: *mut sockadd
 // rdma_getaddrinfo
 // ---------------------------------------------------------------------------------------
 
-/// `rdma_getaddrinfo`: `node`/`service` through the system resolver (numeric or host names);
-/// with `RAI_PASSIVE` the address is the source (the wildcard without a node), else the
-/// destination. Port space from the hints (default TCP, RC). Returns 0 or -1 + errno (the
-/// resolver's failure as `EADDRNOTAVAIL`/`ENODATA` style errno, as librdmacm).
+/// A malloc'd copy of `len` bytes of an address (librdmacm's `ucma_copy_addr`); NULL for
+/// nothing to copy.
 ///
 /// # Safety
-/// `node`, `service` NULL or C strings; `hints` NULL or readable; `res` writable.
+/// `src` is NULL or `len` readable bytes.
+unsafe fn copy_addr(
+    src: *const sockaddr,
+    len: libc::socklen_t,
+) -> Result<(*mut sockaddr, libc::socklen_t), Errno> {
+    if src.is_null() || len == 0 {
+        return Ok((std::ptr::null_mut(), 0));
+    }
+    // SAFETY: malloc of `len` bytes (freed by rdma_freeaddrinfo).
+    let p = unsafe { libc::malloc(len as usize) }.cast::<sockaddr>();
+    if p.is_null() {
+        return Err(libc::ENOMEM);
+    }
+    // SAFETY: per the caller, and the fresh allocation of the same size.
+    unsafe { std::ptr::copy_nonoverlapping(src.cast::<u8>(), p.cast::<u8>(), len as usize) };
+    Ok((p, len))
+}
+
+/// `rdma_getaddrinfo`, as librdmacm's `addrinfo.c`. With `node` or `service`: the system
+/// resolver with the hints translated (`RAI_PASSIVE` → `AI_PASSIVE`, `RAI_NUMERICHOST` →
+/// `AI_NUMERICHOST`, the family, the socket type of the QP type, the protocol of the port
+/// space), the first answer as the source (passive) or destination; QP type and port space
+/// from the hints, else from the answer's socket type and protocol; a resolver failure is its
+/// `EAI_*` code, returned as is. Without either: the hints themselves — flags, family, QP
+/// type, port space and the destination address (libfabric's verbs provider asks so, with
+/// `RAI_FAMILY`). Either way the hints' source address when the result has none. -1 +
+/// `EINVAL` when `node`, `service` and `hints` are all NULL.
+///
+/// # Safety
+/// `node`, `service` NULL or C strings; `hints` NULL or readable (its addresses `ai_*_len`
+/// readable bytes); `res` writable.
 pub unsafe extern "C" fn rdma_getaddrinfo(
     node: *const c_char,
     service: *const c_char,
     hints: *const rdma_addrinfo,
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
-    zero_or_minus1(|| {
+    enum Fail {
+        Errno(Errno),
+        Gai(c_int),
+    }
+    let r = guard(Err(Fail::Errno(libc::EIO)), || {
         init();
-        if res.is_null() || (node.is_null() && service.is_null()) {
-            return Err(libc::EINVAL);
+        if res.is_null() || (node.is_null() && service.is_null() && hints.is_null()) {
+            return Err(Fail::Errno(libc::EINVAL));
         }
+        // SAFETY: rdma_addrinfo is plain data: all-zero is valid (librdmacm's `nohints`).
+        let nohints: rdma_addrinfo = unsafe { std::mem::zeroed() };
         // SAFETY: per the caller.
-        let h = unsafe { hints.as_ref() };
-        let flags = h.map_or(0, |h| h.ai_flags);
-        let passive = flags & RAI_PASSIVE != 0;
-        // SAFETY: addrinfo is plain data: all-zero is valid.
-        let mut ai: libc::addrinfo = unsafe { std::mem::zeroed() };
-        ai.ai_family = h.map_or(0, |h| h.ai_family);
-        ai.ai_socktype = libc::SOCK_STREAM;
-        if flags & RAI_NUMERICHOST != 0 {
-            ai.ai_flags |= libc::AI_NUMERICHOST;
-        }
-        if passive {
-            ai.ai_flags |= libc::AI_PASSIVE;
-        }
-        let mut out: *mut libc::addrinfo = std::ptr::null_mut();
-        // SAFETY: C strings from the caller (or NULL), a local hints struct and out-pointer.
-        let r = unsafe { libc::getaddrinfo(node, service, &ai, &mut out) };
-        if r != 0 {
-            return Err(match r {
-                libc::EAI_SYSTEM => crate::util::errno(),
-                libc::EAI_MEMORY => libc::ENOMEM,
-                libc::EAI_FAMILY => libc::EAFNOSUPPORT,
-                _ => libc::EADDRNOTAVAIL,
-            });
-        }
-        // SAFETY: getaddrinfo succeeded: `out` is a list with at least one entry.
-        let first = unsafe { &*out };
-        // SAFETY: ai_addr points to ai_addrlen bytes.
-        let addr = unsafe { sockaddr_to(first.ai_addr) };
-        // SAFETY: the list from getaddrinfo.
-        unsafe { libc::freeaddrinfo(out) };
-        let addr = addr?.ok_or(libc::EADDRNOTAVAIL)?;
-
+        let h = unsafe { hints.as_ref() }.unwrap_or(&nohints);
         // SAFETY: rdma_addrinfo is plain data: all-zero is valid.
         let mut ra: rdma_addrinfo = unsafe { std::mem::zeroed() };
-        ra.ai_flags = flags;
-        ra.ai_family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
-        ra.ai_qp_type = h.map_or(0, |h| h.ai_qp_type);
-        ra.ai_port_space = h.map_or(0, |h| h.ai_port_space);
-        if ra.ai_port_space == 0 {
-            ra.ai_port_space =
-                if ra.ai_qp_type as u32 == IBV_QPT_UD { RDMA_PS_UDP as c_int } else { RDMA_PS_TCP as c_int };
-        }
-        if ra.ai_qp_type == 0 {
-            ra.ai_qp_type =
-                if ra.ai_port_space as u32 == RDMA_PS_UDP { IBV_QPT_UD } else { IBV_QPT_RC } as c_int;
-        }
-        let boxed = |a: SocketAddr| -> (*mut sockaddr, libc::socklen_t) {
-            // SAFETY: malloc of a sockaddr_storage (freed by rdma_freeaddrinfo).
-            let p = unsafe { libc::calloc(1, std::mem::size_of::<libc::sockaddr_storage>()) }
-                .cast::<libc::sockaddr_storage>();
-            if p.is_null() {
-                return (std::ptr::null_mut(), 0);
+        let free_on_err = |ra: &rdma_addrinfo| {
+            // SAFETY: what this function malloc'd so far (or NULL).
+            unsafe {
+                libc::free(ra.ai_src_addr.cast());
+                libc::free(ra.ai_dst_addr.cast());
+                libc::free(ra.ai_src_canonname.cast());
+                libc::free(ra.ai_dst_canonname.cast());
             }
-            // SAFETY: fresh allocation.
-            let len = write_sockaddr(unsafe { &mut *p }, Some(a));
-            (p.cast(), len)
         };
-        if passive {
-            (ra.ai_src_addr, ra.ai_src_len) = boxed(addr);
+        if !node.is_null() || !service.is_null() {
+            // SAFETY: addrinfo is plain data: all-zero is valid.
+            let mut ai: libc::addrinfo = unsafe { std::mem::zeroed() };
+            if h.ai_flags & RAI_PASSIVE != 0 {
+                ai.ai_flags = libc::AI_PASSIVE;
+            }
+            if h.ai_flags & RAI_NUMERICHOST != 0 {
+                ai.ai_flags |= libc::AI_NUMERICHOST;
+            }
+            const AF_IB: c_int = 27;
+            if h.ai_family != AF_IB {
+                ai.ai_family = h.ai_family;
+            }
+            ai.ai_socktype = match h.ai_qp_type as u32 {
+                2 | 3 | 9 | 10 => libc::SOCK_STREAM, // RC, UC, XRC_SEND, XRC_RECV
+                IBV_QPT_UD => libc::SOCK_DGRAM,
+                _ => 0,
+            };
+            ai.ai_protocol = match h.ai_port_space as u32 {
+                RDMA_PS_TCP => libc::IPPROTO_TCP,
+                RDMA_PS_IPOIB | RDMA_PS_UDP => libc::IPPROTO_UDP,
+                RDMA_PS_IB if ai.ai_socktype == libc::SOCK_STREAM => libc::IPPROTO_TCP,
+                RDMA_PS_IB if ai.ai_socktype == libc::SOCK_DGRAM => libc::IPPROTO_UDP,
+                _ => 0,
+            };
+            let mut out: *mut libc::addrinfo = std::ptr::null_mut();
+            let hp: *const libc::addrinfo = if hints.is_null() { std::ptr::null() } else { &ai };
+            // SAFETY: C strings from the caller (or NULL), local hints (or NULL), an out-pointer.
+            let r = unsafe { libc::getaddrinfo(node, service, hp, &mut out) };
+            if r != 0 {
+                return Err(Fail::Gai(r));
+            }
+            // SAFETY: getaddrinfo succeeded: `out` is a list with at least one entry.
+            let first = unsafe { &*out };
+            ra.ai_qp_type = if h.ai_qp_type != 0 {
+                h.ai_qp_type
+            } else {
+                match first.ai_socktype {
+                    libc::SOCK_STREAM => IBV_QPT_RC as c_int,
+                    libc::SOCK_DGRAM => IBV_QPT_UD as c_int,
+                    _ => 0,
+                }
+            };
+            ra.ai_port_space = if h.ai_port_space != 0 {
+                h.ai_port_space
+            } else {
+                match first.ai_protocol {
+                    libc::IPPROTO_TCP => RDMA_PS_TCP as c_int,
+                    libc::IPPROTO_UDP => RDMA_PS_UDP as c_int,
+                    _ => 0,
+                }
+            };
+            ra.ai_family = first.ai_family;
+            let canon = || {
+                if first.ai_canonname.is_null() {
+                    std::ptr::null_mut()
+                } else {
+                    // SAFETY: the resolver's C string.
+                    unsafe { libc::strdup(first.ai_canonname) }
+                }
+            };
+            // SAFETY: ai_addr points to ai_addrlen bytes.
+            let copied = unsafe { copy_addr(first.ai_addr, first.ai_addrlen) };
+            if first.ai_flags & libc::AI_PASSIVE != 0 {
+                ra.ai_flags = RAI_PASSIVE;
+                ra.ai_src_canonname = canon();
+                if let Ok(a) = copied {
+                    (ra.ai_src_addr, ra.ai_src_len) = a;
+                }
+            } else {
+                ra.ai_dst_canonname = canon();
+                if let Ok(a) = copied {
+                    (ra.ai_dst_addr, ra.ai_dst_len) = a;
+                }
+            }
+            // SAFETY: the list from getaddrinfo.
+            unsafe { libc::freeaddrinfo(out) };
+            if let Err(e) = copied {
+                free_on_err(&ra);
+                return Err(Fail::Errno(e));
+            }
         } else {
-            (ra.ai_dst_addr, ra.ai_dst_len) = boxed(addr);
-            // The hints' source address, as librdmacm copies it.
-            // SAFETY: per the caller.
-            if let Some(h) = h
-                && let Ok(Some(s)) = unsafe { sockaddr_to(h.ai_src_addr) }
-            {
-                (ra.ai_src_addr, ra.ai_src_len) = boxed(s);
+            ra.ai_flags = h.ai_flags;
+            ra.ai_family = h.ai_family;
+            ra.ai_qp_type = h.ai_qp_type;
+            ra.ai_port_space = h.ai_port_space;
+            // SAFETY: per the caller, ai_dst_len readable bytes.
+            match unsafe { copy_addr(h.ai_dst_addr, h.ai_dst_len) } {
+                Ok(a) => (ra.ai_dst_addr, ra.ai_dst_len) = a,
+                Err(e) => return Err(Fail::Errno(e)),
+            }
+        }
+        if ra.ai_src_len == 0 && h.ai_src_len != 0 {
+            // SAFETY: per the caller, ai_src_len readable bytes.
+            match unsafe { copy_addr(h.ai_src_addr, h.ai_src_len) } {
+                Ok(a) => (ra.ai_src_addr, ra.ai_src_len) = a,
+                Err(e) => {
+                    free_on_err(&ra);
+                    return Err(Fail::Errno(e));
+                }
             }
         }
         // SAFETY: malloc of one rdma_addrinfo (freed by rdma_freeaddrinfo).
         let p = unsafe { libc::malloc(std::mem::size_of::<rdma_addrinfo>()) }.cast::<rdma_addrinfo>();
         if p.is_null() {
-            return Err(libc::ENOMEM);
+            free_on_err(&ra);
+            return Err(Fail::Errno(libc::ENOMEM));
         }
         // SAFETY: fresh allocation; `res` per the caller.
         unsafe {
@@ -1670,7 +1986,15 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
             *res = p;
         }
         Ok(())
-    })
+    });
+    match r {
+        Ok(()) => 0,
+        Err(Fail::Gai(code)) => code,
+        Err(Fail::Errno(e)) => {
+            set_errno(e);
+            -1
+        }
+    }
 }
 
 /// `rdma_freeaddrinfo`.

@@ -93,8 +93,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	pthread_join(t, NULL);
-	printf("destroy %d %d %d %d\n", ibv_destroy_qp(sender_qp), ibv_destroy_qp(target), ibv_destroy_cq(small_cq),
-	       ibv_destroy_cq(big_cq));
+	{
+		/* in this order: a CQ a QP still uses cannot be destroyed (EBUSY) */
+		int d1 = ibv_destroy_qp(sender_qp), d2 = ibv_destroy_qp(target);
+		int d3 = ibv_destroy_cq(small_cq), d4 = ibv_destroy_cq(big_cq);
+		printf("destroy %d %d %d %d\n", d1, d2, d3, d4);
+	}
 	printf("other_events %d qp_fatal %d\n", other, qp_fatal);
 	ibv_dereg_mr(mr);
 	ibv_dealloc_pd(pd);

@@ -27,13 +27,10 @@ int main(int argc, char **argv)
 	CHECK((ch = rdma_create_event_channel()) != NULL, "create_event_channel");
 	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "create_id");
 	if (strcmp(argv[1], "server") == 0) {
-		CHECK(rdma_bind_addr(id, (struct sockaddr *)&a) == 0, "bind");
-		CHECK(rdma_listen(id, 1) == 0, "listen");
+		listen_at(id, &a);
 		printf("listening\n");
 		fflush(stdout);
-		ev = expect(RDMA_CM_EVENT_CONNECT_REQUEST);
-		conn = ev->id;
-		rdma_ack_cm_event(ev);
+		conn = next_request();
 		qp(conn, IBV_QPT_RC);
 		CHECK(rdma_accept(conn, NULL) == 0, "accept");
 		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED));
@@ -51,10 +48,7 @@ int main(int argc, char **argv)
 		rdma_destroy_event_channel(ch);
 		return 0;
 	}
-	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&a, 2000) == 0, "resolve_addr");
-	rdma_ack_cm_event(expect(RDMA_CM_EVENT_ADDR_RESOLVED));
-	CHECK(rdma_resolve_route(id, 2000) == 0, "resolve_route");
-	rdma_ack_cm_event(expect(RDMA_CM_EVENT_ROUTE_RESOLVED));
+	resolve(id, &a);
 	qp(id, IBV_QPT_RC);
 	CHECK(rdma_connect(id, NULL) == 0, "connect");
 	rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED));

@@ -180,9 +180,32 @@ pub fn pair(
     client: impl Fn(&str) -> Vec<String>,
     limit: Duration,
 ) -> (String, String) {
+    pair_on(tag, prog, server, client, limit, false)
+}
+
+/// [`pair`] with the server and the client on ONE address (two processes sharing it, as on a
+/// kernel device: docs/design/shared-device.md).
+pub fn pair_on_one_address(
+    tag: &str,
+    prog: &str,
+    server: impl Fn(&str) -> Vec<String>,
+    client: impl Fn(&str) -> Vec<String>,
+    limit: Duration,
+) -> (String, String) {
+    pair_on(tag, prog, server, client, limit, true)
+}
+
+fn pair_on(
+    tag: &str,
+    prog: &str,
+    server: impl Fn(&str) -> Vec<String>,
+    client: impl Fn(&str) -> Vec<String>,
+    limit: Duration,
+    one_address: bool,
+) -> (String, String) {
     let mut reruns = Vec::new();
     loop {
-        let (ok, sout, cout, sargs, cargs) = pair_once(tag, prog, &server, &client, limit);
+        let (ok, sout, cout, sargs, cargs) = pair_once(tag, prog, &server, &client, limit, one_address);
         if ok {
             if !reruns.is_empty() {
                 eprintln!("{prog}: the pair ran again after {} refused client(s): {reruns:?}", reruns.len());
@@ -226,9 +249,11 @@ fn pair_once(
     server: &impl Fn(&str) -> Vec<String>,
     client: &impl Fn(&str) -> Vec<String>,
     limit: Duration,
+    one_address: bool,
 ) -> (bool, String, String, Vec<String>, Vec<String>) {
     let dir = lib_dir(tag);
-    let (sip, cip) = (addr(), addr());
+    let sip = addr();
+    let cip = if one_address { sip.clone() } else { addr() };
     let sargs = server(&sip);
     let cargs = client(&sip);
     let sa: Vec<&str> = sargs.iter().map(String::as_str).collect();
