@@ -1,5 +1,6 @@
 /* An MPI job whose every byte is checked: point-to-point (a ring of MPI_Sendrecv, then every
- * pair both ways with MPI_Isend/MPI_Irecv, 0 B to 4 MiB), MPI_Allreduce (sums and maxima of
+ * pair both ways with MPI_Isend/MPI_Irecv, 0 B to 4 MiB, then a blocking ping-pong, 0 B to
+ * 4 KiB, and MPI_Barrier), MPI_Allreduce (sums and maxima of
  * rank-dependent arrays, up to 2 MiB) and MPI_Alltoall (every element names its sender,
  * receiver and position, up to 256 KiB per pair). Each rank prints "rank R of N on DEV: ok"
  * (DEV: $SOFTROCE_DEVICES, else the host name); rank 0 prints "PASSED: ..." when every rank
@@ -73,6 +74,47 @@ static void point_to_point(int rank, int size)
     }
 }
 
+/* Ping-pong with blocking MPI_Send/MPI_Recv between rank r and rank r + size/2 (on the other
+ * host when ranks are placed by host): empty messages from NULL, then small ones back to back
+ * (UCX posts these as inline sends). */
+static void ping_pong(int rank, int size)
+{
+    static const size_t sizes[] = {0, 8, 64, 4096};
+    int half = size / 2;
+    if (size < 2 || rank >= 2 * half)
+        return;
+    int peer = rank < half ? rank + half : rank - half;
+    /* Empty messages from a NULL buffer, as MPI_Barrier's are: UCX posts them as inline sends
+     * whose one SGE is NULL with length 0. */
+    for (int i = 0; i < 100; i++) {
+        if (rank < half) {
+            MPI_Send(NULL, 0, MPI_BYTE, peer, 10, MPI_COMM_WORLD);
+            MPI_Recv(NULL, 0, MPI_BYTE, peer, 10, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(NULL, 0, MPI_BYTE, peer, 10, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(NULL, 0, MPI_BYTE, peer, 10, MPI_COMM_WORLD);
+        }
+    }
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        size_t n = sizes[s];
+        uint8_t out[4096], in[4096];
+        for (int i = 0; i < 500; i++) {
+            for (size_t k = 0; k < n; k++)
+                out[k] = pat(rank, peer, k, i);
+            if (rank < half) {
+                MPI_Send(out, (int)n, MPI_BYTE, peer, 11, MPI_COMM_WORLD);
+                MPI_Recv(in, (int)n, MPI_BYTE, peer, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else {
+                MPI_Recv(in, (int)n, MPI_BYTE, peer, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Send(out, (int)n, MPI_BYTE, peer, 11, MPI_COMM_WORLD);
+            }
+            for (size_t k = 0; k < n; k++)
+                CHECK(in[k] == pat(peer, rank, k, i), "rank %d: ping-pong %zu B, round %d: byte %zu\n", rank, n, i,
+                      k);
+        }
+    }
+}
+
 static void allreduce(int rank, int size)
 {
     static const int lens[] = {1, 1000, 262144};
@@ -131,6 +173,8 @@ int main(int argc, char **argv)
     else
         gethostname(host, sizeof host);
     point_to_point(rank, size);
+    ping_pong(rank, size);
+    MPI_Barrier(MPI_COMM_WORLD);
     allreduce(rank, size);
     alltoall(rank, size);
     MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
