@@ -52,6 +52,9 @@ enum Command {
     /// The directory of softroce's drop-in libibverbs.so.1: run an unmodified ibverbs program
     /// with LD_LIBRARY_PATH=$(softroce lib-path).
     LibPath(cli::lib_path::LibPathArgs),
+    /// As root, once per host: /dev/infiniband/uverbs0.. as /dev/null's character device, the
+    /// node UCX insists on before it uses a device (--undo removes them).
+    Setup(cli::setup::SetupArgs),
 }
 
 /// A reader that stops early (`softroce counters --all | head -3`) ends the tool quietly, as it
@@ -96,6 +99,7 @@ fn main() {
         Command::Devinfo(a) => cli::devinfo::run(a),
         Command::Counters(a) => cli::counters::run(a),
         Command::LibPath(a) => cli::lib_path::run(a),
+        Command::Setup(a) => cli::setup::run(a),
     };
     std::process::exit(code);
 }

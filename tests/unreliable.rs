@@ -209,6 +209,7 @@ fn ud_send_fills_the_grh_and_reports_the_source() {
         (wc.status, wc.byte_len, wc.src_qp, wc.grh, wc.imm_data),
         (WcStatus::Success, 1040, a.qp.qp_num(), true, Some(0x1234))
     );
+    assert_eq!(wc.network_hdr, Some(NetworkHdr::Ipv4), "the completion names the GRH area's layout");
     let got = b.mr.to_vec();
     assert_eq!(got[..20], [0u8; 20], "RoCEv2 over IPv4: the first 20 bytes of the GRH area are zero");
     let ip = &got[20..40];

@@ -11,5 +11,6 @@ pub mod perf;
 pub mod pingpong;
 pub mod report;
 pub mod rping;
+pub mod setup;
 pub mod ucmatose;
 pub mod udaddy;

@@ -42,7 +42,7 @@ pub use qp::{
 };
 pub use srq::{Srq, SrqError};
 pub use wr::{
-    MwBind, Payload, RecvWr, RemoteAddr, SendOp, SendWr, SgList, Sge, UdDest, WcOpcode, WcStatus,
+    MwBind, NetworkHdr, Payload, RecvWr, RemoteAddr, SendOp, SendWr, SgList, Sge, UdDest, WcOpcode, WcStatus,
     WorkCompletion,
 };
 

@@ -29,7 +29,7 @@ use super::ids::Qpn;
 use super::memory::{Access, Memory};
 use super::qp::{GRH_LEN, Qp};
 use super::responder::CurRecv;
-use super::wr::{RecvWr, WcOpcode, WcStatus, WorkCompletion, sg_len};
+use super::wr::{NetworkHdr, RecvWr, WcOpcode, WcStatus, WorkCompletion, sg_len};
 use crate::wire::{Opcode, Operation, Packet, Position};
 
 impl Qp {
@@ -242,6 +242,7 @@ impl Qp {
         wc.imm_data = pkt.immdt().map(|i| i.imm());
         wc.src_qp = Qpn::new(deth.src_qp());
         wc.grh = true;
+        wc.network_hdr = grh.and_then(NetworkHdr::of_grh_area);
         wc.solicited = pkt.bth().solicited();
         self.counters.rdma_recvs += 1;
         self.recv_wcs.push_back(wc);

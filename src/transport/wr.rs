@@ -410,6 +410,32 @@ pub enum WcOpcode {
     RecvRdmaWithImm,
 }
 
+/// The network header a UD receive arrived with (the kernel's `ib_wc.network_hdr_type` for
+/// RoCEv2): which of the two layouts the 40-byte GRH area at the start of the receive buffer
+/// has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkHdr {
+    /// RoCEv2 over IPv4: 20 zero bytes, then the IPv4 header (bytes 20..40).
+    Ipv4,
+    /// RoCEv2 over IPv6: the IPv6 header (its addresses are the GIDs).
+    Ipv6,
+}
+
+impl NetworkHdr {
+    /// The layout of a GRH area as the responder fills it: IPv6 when byte 0 carries IP
+    /// version 6, IPv4 when byte 20 carries version 4, else none (an area of zeros: the packet
+    /// came without its network header).
+    pub fn of_grh_area(area: &[u8; super::qp::GRH_LEN]) -> Option<NetworkHdr> {
+        if area[0] >> 4 == 6 {
+            Some(NetworkHdr::Ipv6)
+        } else if area[20] >> 4 == 4 {
+            Some(NetworkHdr::Ipv4)
+        } else {
+            None
+        }
+    }
+}
+
 /// A work completion (`ibv_wc`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkCompletion {
@@ -432,6 +458,9 @@ pub struct WorkCompletion {
     pub src_qp: Qpn,
     /// The receive buffer starts with a 40-byte GRH area (UD receives).
     pub grh: bool,
+    /// The layout of that GRH area: the network header the datagram came with (UD receives
+    /// with `grh`; `None` otherwise).
+    pub network_hdr: Option<NetworkHdr>,
     /// The sender set the solicited-event bit.
     pub solicited: bool,
 }
@@ -457,7 +486,24 @@ impl WorkCompletion {
             qp_num,
             src_qp: Qpn::new(0),
             grh: false,
+            network_hdr: None,
             solicited: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_of_a_grh_area() {
+        let mut v4 = [0u8; 40];
+        v4[20] = 0x45;
+        let mut v6 = [0u8; 40];
+        v6[0] = 0x60;
+        assert_eq!(NetworkHdr::of_grh_area(&v4), Some(NetworkHdr::Ipv4));
+        assert_eq!(NetworkHdr::of_grh_area(&v6), Some(NetworkHdr::Ipv6));
+        assert_eq!(NetworkHdr::of_grh_area(&[0; 40]), None, "no network header: 40 zero bytes");
     }
 }

@@ -162,7 +162,7 @@ pub use qp::{AddressVector, ConnectOptions, QpAttrs, QpEndpoint, QpInfo, QpInitA
 pub use srq::{SharedReceiveQueue, SrqAttr, SrqInitAttr};
 
 pub use crate::transport::{
-    Access, GRH_LEN, Lkey, Mtu, MwBind, Payload, Qkey, QpCaps, QpEvent, QpState, QpType, Qpn, RecvWr,
-    RemoteAddr, Rkey, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
+    Access, GRH_LEN, Lkey, Mtu, MwBind, NetworkHdr, Payload, Qkey, QpCaps, QpEvent, QpState, QpType, Qpn,
+    RecvWr, RemoteAddr, Rkey, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
 };
 pub use crate::wire::Psn;

@@ -16,7 +16,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use libc::{c_int, c_void};
-use softroce::verbs::{CompletionQueue, WcOpcode, WorkCompletion};
+use softroce::verbs::{CompletionQueue, NetworkHdr, WcOpcode, WorkCompletion};
 
 use crate::context::Context;
 use crate::ffi::*;
@@ -399,6 +399,26 @@ pub fn wc_flags(wc: &WorkCompletion) -> u32 {
     f
 }
 
+/// `wc.sl` of a completion: for a UD receive, the RoCE packet type as mlx5 reports it, where
+/// kernel rxe reports 0 (a deliberate difference, `docs/design/libibverbs.md`, "UD receives:
+/// `wc.sl`").
+///
+/// On RoCE an mlx5 device's receive completion carries no service level: the 4-bit field that
+/// rdma-core's mlx5 provider copies into `wc.sl` (`(cqe->flags_rqpn >> 24) & 0xf`) holds the
+/// packet type instead — bit 3 set when the frame has a UDP header (RoCEv2), bits 2..0 the
+/// layer-3 header: 1 IPv6, 2 IPv4 (the PRM as UCX quotes it, `uct_ud_iface_check_grh`). UCX
+/// 1.13, the version Debian 12 ships, reads `wc.sl & 7 == 2` to find the IPv4 layout of the
+/// GRH area; with 0 it reads an IPv4 datagram's GRH area as an IPv6 header, finds a
+/// destination GID that is none of its own and drops every datagram (its `ud_verbs`
+/// transport, and with it UCP's wire-up, never works).
+pub fn wc_sl(wc: &WorkCompletion) -> u8 {
+    match wc.network_hdr {
+        Some(NetworkHdr::Ipv4) => 0x8 | 0x2,
+        Some(NetworkHdr::Ipv6) => 0x8 | 0x1,
+        None => 0,
+    }
+}
+
 /// A softroce completion as an `ibv_wc` (`imm_data` in network order, as the header says).
 pub fn to_ibv_wc(wc: &WorkCompletion) -> ibv_wc {
     ibv_wc {
@@ -418,7 +438,7 @@ pub fn to_ibv_wc(wc: &WorkCompletion) -> ibv_wc {
         wc_flags: wc_flags(wc),
         pkey_index: 0,
         slid: 0,
-        sl: 0,
+        sl: wc_sl(wc),
         dlid_path_bits: 0,
     }
 }
@@ -637,9 +657,29 @@ unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> libc::c_uint {
 unsafe extern "C" fn read_slid(_cq: *mut ibv_cq_ex) -> u32 {
     0
 }
-unsafe extern "C" fn read_sl(_cq: *mut ibv_cq_ex) -> u8 {
-    0
+unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
+    read(cq, wc_sl, 0)
 }
 unsafe extern "C" fn read_dlid_path_bits(_cq: *mut ibv_cq_ex) -> u8 {
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use softroce::verbs::{Qpn, WcStatus};
+
+    #[test]
+    fn a_ud_receive_reports_its_packet_type_in_sl_as_mlx5() {
+        let mut wc = WorkCompletion::new(1, WcStatus::Success, WcOpcode::Recv, Qpn::new(5));
+        assert_eq!(to_ibv_wc(&wc).sl, 0, "not a UD receive: 0");
+        wc.grh = true;
+        wc.network_hdr = Some(NetworkHdr::Ipv4);
+        // UCX 1.13 (uct_ud_iface_check_grh) takes the IPv4 layout when sl & 7 == 2.
+        assert_eq!(to_ibv_wc(&wc).sl, 0xA);
+        assert_eq!(to_ibv_wc(&wc).sl & 7, 2);
+        wc.network_hdr = Some(NetworkHdr::Ipv6);
+        assert_eq!(to_ibv_wc(&wc).sl, 0x9);
+        assert_eq!(to_ibv_wc(&wc).sl & 7, 1);
+    }
 }

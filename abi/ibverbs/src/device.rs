@@ -128,13 +128,15 @@ pub fn port_attr(rt: &DevRt) -> ibv_port_attr {
 }
 
 /// `ibv_get_device_list`: a NULL-terminated array of every configured device (see
-/// `runtime.rs`), empty (not NULL) when none is; `*num` gets the count.
+/// `runtime.rs`), empty (not NULL) when none is; `*num` gets the count. In a process that has
+/// UCX loaded, a missing `/dev/infiniband` node is reported once (`devnode`).
 ///
 /// # Safety
 /// `num` is NULL or writable.
 pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
     crate::util::ptr_or_errno(|| {
         let list = devices();
+        crate::devnode::check(list);
         // SAFETY: calloc of n+1 pointers; zeroed, so the terminator is already there.
         let arr = unsafe { libc::calloc(list.len() + 1, std::mem::size_of::<*mut ibv_device>()) }
             .cast::<*mut ibv_device>();

@@ -34,6 +34,7 @@ pub mod compat;
 pub mod context;
 pub mod cq;
 pub mod device;
+pub mod devnode;
 pub mod events;
 pub mod exports;
 pub mod ffi;

@@ -580,10 +580,14 @@ pub(crate) unsafe fn inline_bytes(sg: &[Sge], max: u32) -> Result<Box<[u8]>, Err
     }
     let mut v = Vec::with_capacity(total as usize);
     for s in sg {
-        if s.length > 0 && s.addr == 0 {
+        // An empty SGE adds nothing and may name NULL (UCX posts such): no slice of it.
+        if s.length == 0 {
+            continue;
+        }
+        if s.addr == 0 {
             return Err(libc::EFAULT);
         }
-        // SAFETY: per the caller.
+        // SAFETY: per the caller; the address is not NULL and the length not 0.
         v.extend_from_slice(unsafe {
             std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize)
         });
@@ -990,4 +994,27 @@ unsafe extern "C" fn wr_set_ud_addr(qpx: *mut ibv_qp_ex, ah: *mut ibv_ah, remote
         w.ud = Some(ah.rust.ah.dest(Qpn::new(remote_qpn & 0xff_ffff), Qkey::new(remote_qkey)));
         Ok(())
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// UCX posts inline sends whose empty SGEs carry a NULL address (Open MPI over `pml ucx`):
+    /// they add nothing, and making a slice of them was undefined behaviour (a debug build
+    /// aborted the process).
+    #[test]
+    fn an_empty_inline_sge_may_have_a_null_address() {
+        let data = *b"payload";
+        let sg = [
+            Sge { addr: 0, length: 0, lkey: Lkey::new(0) },
+            Sge { addr: data.as_ptr() as u64, length: 7, lkey: Lkey::new(0) },
+            Sge { addr: 0, length: 0, lkey: Lkey::new(0) },
+        ];
+        // SAFETY: the one non-empty SGE names `data`.
+        assert_eq!(&*unsafe { inline_bytes(&sg, 64) }.unwrap(), b"payload");
+        let null = [Sge { addr: 0, length: 1, lkey: Lkey::new(0) }];
+        // SAFETY: a NULL address with a length is refused before it is read.
+        assert_eq!(unsafe { inline_bytes(&null, 64) }, Err(libc::EFAULT));
+    }
 }

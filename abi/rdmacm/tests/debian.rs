@@ -238,6 +238,30 @@ fn rping_to_a_port_nobody_listens_on_is_rejected() {
     assert!(out.contains("RDMA_CM_EVENT_REJECTED, error 8"), "{out}");
 }
 
+#[test]
+fn a_listener_bound_to_a_loopback_address_listens_on_every_device() {
+    if !have("a_listener_bound_to_a_loopback_address_listens_on_every_device", &["/usr/bin/rping"]) {
+        return;
+    }
+    // As Linux (cma_any_addr): binding 127.0.0.1 binds to no device, and the listen takes
+    // requests on every device, to any of its addresses. The server's one device is another
+    // address (no loopback device listed): the bind used to fail with EADDRNOTAVAIL, which is
+    // where libfabric's verbs provider stopped (it binds "localhost" to find the devices).
+    let dir = lib_dir("lo_any");
+    let (sip, cip, port) = (addr(), addr(), port());
+    let srv = spawn(&dir, &sip, "/usr/bin/rping", &["-s", "-a", "127.0.0.1", "-p", &port, "-C", "10", "-V"]);
+    let t = std::time::Instant::now();
+    while !roce_bound(&sip) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let cli = spawn(&dir, &cip, "/usr/bin/rping", &["-c", "-a", &sip, "-p", &port, "-C", "10", "-V"]);
+    let (cok, cout) = finish(cli, LIMIT);
+    let (sok, sout) = finish(srv, Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(cok && sok, "--- server:\n{sout}\n--- client:\n{cout}");
+}
+
 /// Debian's rping through our librdmacm against the native `softroce rping` (the Rust RDMA
 /// CM, no C library), both roles.
 #[test]

@@ -428,6 +428,24 @@ impl CmId {
             let dev = registry::device_for_local(addr.ip())?;
             self.set_device(dev);
         }
+        self.bind_port(addr)
+    }
+
+    /// `rdma_bind_addr` of a loopback address as Linux does it: the address and port are the
+    /// id's, but no device is chosen (the kernel's `cma_any_addr` counts loopback addresses as
+    /// "any": `id->verbs` stays NULL), so a listen listens on every device and takes requests
+    /// to any of its addresses, like a wildcard. libfabric's verbs provider relies on it: it
+    /// binds `localhost` to learn the devices' addresses. Other addresses bind as
+    /// [`CmId::bind_addr`] does.
+    pub fn bind_addr_loopback_as_any(&mut self, addr: SocketAddr) -> Result<()> {
+        if !addr.ip().is_loopback() {
+            return self.bind_addr(addr);
+        }
+        self.expect("bind_addr", &[CmIdState::Idle])?;
+        self.bind_port(addr)
+    }
+
+    fn bind_port(&mut self, addr: SocketAddr) -> Result<()> {
         let b = registry::bind_port(self.inner.ps, addr, self.inner.serial, false)?;
         let mut st = self.inner.st.lock();
         st.src = Some(b.addr());

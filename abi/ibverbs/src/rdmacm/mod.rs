@@ -703,6 +703,13 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr
     with_id(id, |_, cm| {
         // SAFETY: per the caller.
         let a = unsafe { sockaddr_to(addr) }?.ok_or(libc::EINVAL)?;
+        if a.ip().is_loopback() {
+            // As Linux: a loopback address binds to no device (`id->verbs` stays NULL) and
+            // listens on all of them. The loopback device, when listed, still takes that
+            // address, so that a client on this host reaches the listener there.
+            let _ = open_for(a.ip());
+            return cm.bind_addr_loopback_as_any(a).map_err(|e| cm_errno(&e));
+        }
         cm.bind_addr(a).map_err(|e| cm_errno(&e))
     })
 }

@@ -44,6 +44,12 @@ pub fn built_rdmacm() -> PathBuf {
     BUILT.get_or_init(|| build_in_test_profile("softroce-rdmacm", "librdmacm.so")).clone()
 }
 
+/// The `softroce` command, built as [`built_lib`] is (for `softroce setup`).
+pub fn built_cli() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| build_in_test_profile("softroce", "softroce")).clone()
+}
+
 /// `cargo build -p <package>` in the profile of the test executable; the path of `file` it
 /// built there.
 fn build_in_test_profile(package: &str, file: &str) -> PathBuf {
