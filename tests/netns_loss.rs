@@ -117,6 +117,31 @@ fn gigabyte_through_veth_with_random_drop() {
     bulk_with_loss(5, "64M", "1024", false, tag + 2);
 }
 
+/// The 1-minute load average.
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// Waits (at most 90 s) until the machine's load average is below `cores`: the starved runs
+/// add one busy loop per core and are about *that* much starvation. Beside other CPU-bound work
+/// too (a parallel build, another test suite: load 5-8 on 2 cores), the PEER's engine is
+/// descheduled for longer than seven 2 ms timeouts, which the requester cannot tell from a dead
+/// peer (it can discount only its own descheduling), and the run fails with RETRY_EXC_ERR as
+/// it would against any peer that slow. The load average it started at.
+fn wait_until_quiet(cores: usize) -> f64 {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let l = load_average();
+        if l < cores as f64 || std::time::Instant::now() > until {
+            return l;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+}
+
 /// What a starved bulk run's counters say (client and server summed).
 struct Starved {
     charged: u64,
@@ -129,6 +154,7 @@ struct Starved {
 /// example fails on any). Prints the figures.
 fn starved_bulk(bytes: &str, timeout: u8, tag: u32) -> Starved {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let before = wait_until_quiet(cores);
     let hogs = CpuHogs::new(cores);
     let start = std::time::Instant::now();
     let run = bulk_with_loss_args(5, bytes, "4096", true, tag, &["--timeout", &timeout.to_string()]);
@@ -142,8 +168,9 @@ fn starved_bulk(bytes: &str, timeout: u8, tag: u32) -> Starved {
         avoided: sum("local_ack_timeout_stalled"),
     };
     println!(
-        "starved {bytes}, ACK timeout code {timeout}: {secs:.1} s beside {cores} busy loops; local ACK \
-         timeouts charged {} (retries in all {}), avoided while the engine was descheduled {}",
+        "starved {bytes}, ACK timeout code {timeout}: {secs:.1} s beside {cores} busy loops (load \
+         average {before:.1} before); local ACK timeouts charged {} (retries in all {}), avoided \
+         while the engine was descheduled {}",
         r.charged, r.retries, r.avoided,
     );
     assert_eq!(sum("retry_exceeded_err"), 0);
