@@ -252,7 +252,9 @@ fn claim(ps: PortSpace, ip: IpAddr, port: u16) -> Result<Claim> {
     let what = if ip.is_unspecified() { "any".to_string() } else { ip.to_string() };
     match unix::bind(socket2::Type::DGRAM, &name(&what)) {
         Ok(s) => Ok(Claim::Got(s)),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Ok(Claim::Taken { wildcard: ip.is_unspecified() }),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            Ok(Claim::Taken { wildcard: ip.is_unspecified() })
+        }
         Err(e) => Err(io(e)),
     }
 }
