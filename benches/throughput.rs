@@ -24,11 +24,13 @@
 //!   loopback sockets, each spinning on `recv`; half of each round trip.
 //! - `write-lat`, `send-lat`, `read-lat` 2 B, `atomic-lat` (8 B): `softroce perf <test> -s 2`
 //!   (the tool built with this bench), server and client on loopback, `t_typical` of the client;
-//!   each printed as a ratio to the baseline of the same invocation.
+//!   each printed as a ratio to the baseline of the same invocation. `t_typical` of READ and
+//!   atomics is a whole round trip (perftest's `rtt_factor` 1): those rows print half of it.
 //!
 //! ```text
 //! cargo bench --bench throughput -- lat          # only the latency rows
 //! cargo bench --bench throughput -- lat --json   # plus one JSON line with every figure
+//! cargo bench --bench throughput -- lat write-lat # only the rows of the tests named
 //! ```
 //!
 //! Many idle QPs (`qps`): one device, PD and CQ, then 10 000 RC QPs with perftest's
@@ -181,11 +183,20 @@ fn latency(json: bool) {
     println!("{:<38} {:>10.2} {:>8}", "udp ping-pong, busy-poll, 2 cores", base, "1.00");
     let mut rows = vec![("udp_pingpong_us".to_string(), base)];
     // Each test through the engine thread (SOFTROCE_INLINE_PROGRESS=0) and with inline progress (the default).
-    for (i, test) in ["write-lat", "send-lat", "read-lat", "atomic-lat"].into_iter().enumerate() {
+    const TESTS: [&str; 4] = ["write-lat", "send-lat", "read-lat", "atomic-lat"];
+    // `-- lat write-lat read-lat`: only those tests.
+    let only: Vec<String> = std::env::args().filter(|a| TESTS.contains(&a.as_str())).collect();
+    for (i, test) in TESTS.into_iter().enumerate() {
+        if !only.is_empty() && !only.iter().any(|t| t == test) {
+            continue;
+        }
         for (j, (inline, tag)) in [(false, ""), (true, "_inline")].into_iter().enumerate() {
             let name = format!("softroce perf {test}{}", if inline { " (inline)" } else { "" });
             match perf_lat(test, 5000, 18_700 + 2 * i as u16 + j as u16, inline) {
+                // perftest's READ and atomic latency (`t_typical`) is the whole round trip:
+                // half of it is what compares with the others and the baseline.
                 Ok(t) => {
+                    let t = if matches!(test, "read-lat" | "atomic-lat") { t / 2.0 } else { t };
                     println!("{name:<38} {t:>10.2} {:>8.2}", t / base);
                     rows.push((format!("{}{tag}_us", test.replace('-', "_")), t));
                 }
@@ -337,6 +348,7 @@ fn udp_pingpong(iters: usize) -> f64 {
             b.send(&buf[..LEN]).unwrap();
         }
     });
+    let saved = affinity();
     pin(0);
     let mut buf = [0u8; 64];
     let mut rtt = Vec::with_capacity(iters);
@@ -355,7 +367,7 @@ fn udp_pingpong(iters: usize) -> f64 {
     }
     echo.join().unwrap();
     // Unpin this thread again (the softroce runs follow in other processes).
-    unpin();
+    unpin(&saved);
     rtt.sort_unstable();
     rtt[rtt.len() / 2] as f64 / 2000.0
 }
@@ -429,21 +441,33 @@ fn send_cpu_ns(n: usize, steered: bool) -> f64 {
     cpu / n as f64
 }
 
-/// Lets this thread run on every CPU again (after [`pin`]).
-fn unpin() {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // SAFETY: sched_setaffinity with a set of this machine's CPUs.
+/// Gives this thread back the CPUs it had before [`pin`] (`saved`, from [`affinity`]), and
+/// checks that it has them: the softroce processes the bench starts afterwards inherit them.
+/// (Computing the set from `available_parallelism` after `pin`, as this did before, gave one
+/// CPU: every latency row ran its four threads on one core, those with inline progress in
+/// milliseconds.)
+fn unpin(saved: &libc::cpu_set_t) {
+    // SAFETY: sched_setaffinity reads the set it is given.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), saved) };
+    let now = affinity();
+    // SAFETY: CPU_COUNT reads two valid sets.
+    let (got, want) = unsafe { (libc::CPU_COUNT(&now), libc::CPU_COUNT(saved)) };
+    assert_eq!(got, want, "the bench thread could not be unpinned: the softroce runs would share fewer CPUs");
+}
+
+/// This thread's CPU affinity.
+fn affinity() -> libc::cpu_set_t {
+    // SAFETY: sched_getaffinity writes one cpu_set_t into the zeroed value it is given.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for c in 0..cores {
-            libc::CPU_SET(c, &mut set);
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+        set
     }
 }
 
 /// `softroce perf <test> -s 2 -n <iters>` between a server on 127.0.77.11 and a client on
-/// 127.0.77.12; the client's `t_typical` in microseconds.
+/// 127.0.77.12 (`SOFTROCE_BENCH_NET=127.0.N`: 127.0.N.21 and .22); the client's `t_typical` in
+/// microseconds.
 fn perf_lat(test: &str, iters: u32, port: u16, inline: bool) -> std::result::Result<f64, String> {
     perf_lat_on(test, iters, port, inline, Sharing::Default)
 }
@@ -457,11 +481,15 @@ fn perf_lat_on(
     sharing: Sharing,
 ) -> std::result::Result<f64, String> {
     let exe = env!("CARGO_BIN_EXE_softroce");
-    let (server_ip, client_ip) = if sharing == Sharing::OneAddress {
-        ("127.0.77.11", "127.0.77.11")
-    } else {
-        ("127.0.77.11", "127.0.77.12")
+    // `SOFTROCE_BENCH_NET=127.0.N` moves them to 127.0.N.21/.22.
+    let net = std::env::var("SOFTROCE_BENCH_NET").ok();
+    let server_ip = net.as_ref().map_or("127.0.77.11".to_string(), |n| format!("{n}.21"));
+    let client_ip = match (&net, sharing) {
+        (_, Sharing::OneAddress) => server_ip.clone(),
+        (Some(n), _) => format!("{n}.22"),
+        (None, _) => "127.0.77.12".to_string(),
     };
+    let (server_ip, client_ip) = (server_ip.as_str(), client_ip.as_str());
     let common = |c: &mut Command| {
         c.env("SOFTROCE_INLINE_PROGRESS", if inline { "1" } else { "0" });
         match sharing {
