@@ -492,6 +492,16 @@ for mtu in 1500 9000; do
                     "rdma_server -s $VM -p 7471" "$DL rdma_client -s $VM -p 7471" ': end 0$'
                 rxe_port=rdma_cm run "abi-cm-rdma_server-rxe2sr" $pmtu "" "rdma_server/rdma_client (drop-in librdmacm)" "rdma_create_ep, one message" "rxe → softroce" client \
                     "rdma_client -s $HOST -p 7471" "$DL rdma_server -s $HOST -p 7471" ': end 0$'
+                # ---- rsockets (issue 29): Debian's rstream and riostream through softroce's
+                # drop-in librdmacm <-> the same programs over rdma-core's rsockets on rxe, both
+                # directions, 64 KiB transfers verified (-T v): the connection data, credits,
+                # iomaps and RDMA WRITE with immediate as rdma-core 44 speaks them.
+                for prog in rstream riostream; do
+                    rxe_port=rdma_cm run "abi-rs-$prog-sr2rxe" $pmtu "" "$prog (drop-in librdmacm)" "-S 65536 -C 20 -T v" "softroce → rxe" server \
+                        "$prog -b $VM -S 65536 -C 20 -T v" "$DL $prog -s $VM -S 65536 -C 20 -T v" '^custom'
+                    rxe_port=rdma_cm run "abi-rs-$prog-rxe2sr" $pmtu "" "$prog (drop-in librdmacm)" "-S 65536 -C 20 -T v" "rxe → softroce" client \
+                        "$prog -s $HOST -S 65536 -C 20 -T v" "$DL $prog -b $HOST -S 65536 -C 20 -T v" '^custom'
+                done
                 for tool in write_bw read_bw send_bw send_lat; do
                     need=2 rxe_port=rdma_cm run "abi-cm-R-$tool-rxe2sr" $pmtu "" "ib_$tool -R (drop-in librdmacm)" "rdma_cm, 100 iters" "rxe → softroce" client \
                         "ib_$tool -R -F -n 100 $HOST" "$DL ib_$tool -R -F -d softroce0 -n 100" "$PERF_OK"

@@ -109,6 +109,10 @@ pub enum Phase {
     ConnectError,
 }
 
+/// How long the service thread waits for the active side's RTU after accepting a connection
+/// (the IB CM's REP retries end well within it).
+const ACCEPT_WAIT: Duration = Duration::from_secs(10);
+
 /// The connections a listener has accepted and the application has not taken yet, and a
 /// descriptor readable while there are any (rdma-core's `accept_queue` socket pair).
 pub struct AcceptQueue {
@@ -615,6 +619,22 @@ impl StreamSock {
             }
         };
         id.accept(Some(&param)).map_err(|e| e.errno())?;
+        // As rdma-core's rdma_accept on a synchronous id: the connection is the application's
+        // once the active side has said it is ready (RTU, ESTABLISHED). Sending before that
+        // reaches a peer QP that may not be ready to receive yet: kernel rxe drops, uncounted,
+        // what arrives at a QP its program has not moved to RTR (the first credit update was
+        // lost, then recovered by a NAK and a retransmission).
+        match chan.get_event_timeout(ACCEPT_WAIT) {
+            Ok(ev) if ev.event_type() == CmEventType::Established => {}
+            Ok(ev) => {
+                let _ = id.disconnect();
+                return Err(if ev.status() != 0 { ev.status().abs() } else { libc::ECONNREFUSED });
+            }
+            Err(e) => {
+                let _ = id.disconnect();
+                return Err(e.errno());
+            }
+        }
         let mut s = StreamSock::with(self.domain, opts, chan, id);
         s.ep = Some(ep);
         s.phase = Phase::Connected;
