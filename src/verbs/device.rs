@@ -995,7 +995,15 @@ impl Device {
             rx,
             ecn: cfg.ecn,
             next_id: AtomicU32::new(1),
-            next_qpn: AtomicU32::new(0),
+            // A member joining others starts its QP numbers at a random point of its slot's
+            // range: the slot may have been a process's that just died, whose peers still
+            // retransmit to its QPs (a READ to a reused number would hit the new QP with a
+            // stale R_Key and take it to the error state). Alone on the address it counts
+            // from 0x11, as a fresh rxe device.
+            next_qpn: AtomicU32::new(match &joining {
+                Some(j) if j.share.members() > 1 => super::mr::random_u32() % (1 << 17),
+                _ => 0,
+            }),
             qp_count: AtomicU32::new(0),
             cq_count: AtomicU32::new(0),
             pd_count: AtomicU32::new(0),

@@ -463,7 +463,8 @@ impl QueuePair {
             return Err(Error::Limit { what: "max_qp", max: attr.max_qp as u64 });
         }
         // QP numbers start at 0x11 and count up, as on a fresh rxe device (on a shared address,
-        // within this member's slot: [`super::share::qpn_range`]), skipping numbers in use once
+        // within this member's slot: [`super::share::qpn_range`], from a random point when
+        // the member joined others), skipping numbers in use once
         // the counter wraps. A QP that uses an SRQ must live on the SRQ's engine (QP `q` on
         // engine `q % engines`): the next number that maps there.
         let want = init.srq.map(|s| dev.shared.engine_of(s.inner.shared.srqn));
