@@ -232,7 +232,7 @@ fn claim(ps: PortSpace, ip: IpAddr, port: u16) -> Result<Claim> {
     let name = |what: &str| format!("{base}{what}").into_bytes();
     let io = |e: std::io::Error| Error::AddrNotAvailable { addr: ip, why: format!("port claim: {e}") };
     let _lock = unix::NameLock::acquire(&name("lock"), std::time::Duration::from_secs(5)).map_err(io)?;
-    let taken = |what: &str| match unix::bind(socket2::Type::DGRAM, &name(what)) {
+    let held = |what: &str| match unix::bind(socket2::Type::DGRAM, &name(what)) {
         Ok(_) => Ok(false),
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Ok(true),
         Err(e) => Err(io(e)),
@@ -246,7 +246,7 @@ fn claim(ps: PortSpace, ip: IpAddr, port: u16) -> Result<Claim> {
         }) {
             return Ok(Claim::Taken { wildcard: true });
         }
-    } else if taken("any")? {
+    } else if held("any")? {
         return Ok(Claim::Taken { wildcard: true });
     }
     let what = if ip.is_unspecified() { "any".to_string() } else { ip.to_string() };
