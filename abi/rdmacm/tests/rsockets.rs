@@ -500,3 +500,29 @@ fn datagram_semantics() {
     assert!(ok, "{out}");
     assert!(out.contains("ok close"), "{out}");
 }
+
+/// A plain UDP program through rdma-core's `librspreload.so` (tests/py/udpecho.py: 100
+/// datagrams of 1 to 1400 bytes, each answered with its SHA-1 and checked): its sockets are
+/// datagram rsockets (both sides read `RDMA_SQSIZE`, which only an rsocket answers).
+#[test]
+fn preload_udp_program() {
+    if !have("preload_udp_program", &[PRELOAD, "/usr/bin/python3"]) {
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/udpecho.py");
+    let dir = lib_dir("udpecho");
+    let (sip, cip, port) = (addr(), addr(), port());
+    let env = [("LD_PRELOAD", PRELOAD)];
+    let srv = spawn_env(&dir, &sip, &env, "python3", &[script, "server", &sip, &port]);
+    let t = Instant::now();
+    while !udp_bound(&sip, &port) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (cok, cout) = finish(spawn_env(&dir, &cip, &env, "python3", &[script, "client", &sip, &port]), LIMIT);
+    let (sok, sout) = finish(srv, Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(cok && sok, "--- client:\n{cout}\n--- server:\n{sout}");
+    for out in [&cout, &sout] {
+        assert!(out.contains("sqsize 384"), "not an rsocket:\n{out}");
+    }
+}
