@@ -526,3 +526,18 @@ fn preload_udp_program() {
         assert!(out.contains("sqsize 384"), "not an rsocket:\n{out}");
     }
 }
+
+/// A stream peer that stops granting credits (tests/c/rscredit.c: it never reads): the
+/// non-blocking writer gets EAGAIN after a bounded amount and rpoll(POLLOUT) times out; a
+/// blocking writer sleeps (as rdma-core's, like a TCP writer facing a zero window) without
+/// spinning (under 10% of a core while blocked); once the peer closes without reading, the
+/// blocked rsend returns within 10 s (what it wrote, or ECONNRESET).
+#[test]
+fn peer_stops_granting_credits() {
+    let Some((dir, exe)) = build_c("rscredit", RDMA_LIBS) else { return };
+    let ip = addr();
+    let (ok, out) = finish(spawn(&dir, &ip, exe.to_str().unwrap(), &[&ip, &port()]), Duration::from_secs(60));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(ok, "{out}");
+    assert!(out.contains("ok peer-gone"), "{out}");
+}

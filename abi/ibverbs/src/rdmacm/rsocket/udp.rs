@@ -133,7 +133,9 @@ fn io_errno(e: std::io::Error) -> Errno {
 /// rdma-core's `rs_any_addr`: the unspecified address or `127.0.0.1` / `::1` (not the
 /// rest of 127/8, where softroce's loopback devices live).
 fn any_addr(ip: IpAddr) -> bool {
-    ip.is_unspecified() || ip == IpAddr::from([127, 0, 0, 1]) || ip == IpAddr::from(std::net::Ipv6Addr::LOCALHOST)
+    ip.is_unspecified()
+        || ip == IpAddr::from([127, 0, 0, 1])
+        || ip == IpAddr::from(std::net::Ipv6Addr::LOCALHOST)
 }
 
 /// The address of the local device that reaches `to` (`rdma_resolve_addr`'s choice).
@@ -237,7 +239,8 @@ impl DgramSock {
     /// Waits (at most `limit`) until every posted send has completed.
     fn drain_sends(&mut self, limit: Duration) {
         let end = Instant::now() + limit;
-        while self.qps.iter().any(|q| q.free.len() < usize::from(self.sizes.sq_size)) && Instant::now() < end {
+        while self.qps.iter().any(|q| q.free.len() < usize::from(self.sizes.sq_size)) && Instant::now() < end
+        {
             self.poll_cqs();
             std::thread::sleep(Duration::from_micros(200));
         }
@@ -273,9 +276,8 @@ impl DgramSock {
                 Err(_) => return any,
             };
             any = true;
-            let Some(h) = (n >= DS_UDP_IPV4_HDR_LEN)
-                .then(|| DsUdpHeader::parse(&buf[..n], from.is_ipv6()))
-                .flatten()
+            let Some(h) =
+                (n >= DS_UDP_IPV4_HDR_LEN).then(|| DsUdpHeader::parse(&buf[..n], from.is_ipv6())).flatten()
             else {
                 self.bad_udp += 1;
                 continue;
@@ -292,7 +294,8 @@ impl DgramSock {
                 let reply = DsUdpHeader { op: op::CTRL, qpn: q.qpn(), addr: q.hdr.addr.ip() };
                 let _ = self.udp.send_to(&reply.emit(), from);
             }
-            let stale = self.dests.get(&from).is_some_and(|d| d.ah.as_ref().is_none_or(|(_, qpn)| *qpn != h.qpn));
+            let stale =
+                self.dests.get(&from).is_some_and(|d| d.ah.as_ref().is_none_or(|(_, qpn)| *qpn != h.qpn));
             if stale {
                 self.make_ah(from, h.qpn);
             }
@@ -514,7 +517,8 @@ impl DgramSock {
         };
         if l != SOL_RDMA {
             // SAFETY: `v` is `v.len()` readable bytes.
-            let r = unsafe { libc::setsockopt(self.fd(), l, n, v.as_ptr().cast(), v.len() as libc::socklen_t) };
+            let r =
+                unsafe { libc::setsockopt(self.fd(), l, n, v.as_ptr().cast(), v.len() as libc::socklen_t) };
             if r != 0 {
                 return Err(crate::util::errno());
             }
@@ -589,7 +593,14 @@ impl DgramSock {
             let len = super::super::write_sockaddr(&mut st, Some(to));
             // SAFETY: `m` is readable, `st` holds a sockaddr of `len` bytes.
             let r = unsafe {
-                libc::sendto(self.fd(), m.as_ptr().cast(), m.len(), flags & !libc::MSG_DONTWAIT, (&raw const st).cast(), len)
+                libc::sendto(
+                    self.fd(),
+                    m.as_ptr().cast(),
+                    m.len(),
+                    flags & !libc::MSG_DONTWAIT,
+                    (&raw const st).cast(),
+                    len,
+                )
             };
             return Some(if r < 0 {
                 Err(crate::util::errno())
