@@ -84,7 +84,7 @@ BINS="usr/bin/ibv_devinfo usr/bin/ibv_devices usr/bin/ibv_rc_pingpong usr/bin/ib
  usr/bin/ibv_uc_pingpong usr/bin/ibv_srq_pingpong usr/bin/ib_write_bw usr/bin/ib_write_lat
  usr/bin/ib_read_bw usr/bin/ib_read_lat usr/bin/ib_send_bw usr/bin/ib_send_lat
  usr/bin/ib_atomic_bw usr/bin/ib_atomic_lat usr/bin/rping usr/bin/ucmatose usr/bin/udaddy
- usr/bin/rdma_server usr/bin/rdma_client usr/bin/rstream usr/bin/riostream usr/bin/rdma usr/bin/tcpdump
+ usr/bin/rdma_server usr/bin/rdma_client usr/bin/rstream usr/bin/riostream usr/bin/udpong usr/bin/rdma usr/bin/tcpdump
  bin/ip=usr/sbin/ip sbin/tc=usr/sbin/tc bin/ss=usr/sbin/ss"
 # softroce's own binary in the guests (tests/interop/compare.sh: kernel rxe against softroce on
 # the same emulated CPU). Its content is one of the build's inputs: a new binary rebuilds the

@@ -438,3 +438,106 @@ fn preload_between_namespaces() {
             .join("\n")
     );
 }
+
+/// True once a UDP socket is bound to `ip`:`port`.
+fn udp_bound(ip: &str, port: &str) -> bool {
+    let o: Vec<u8> = ip.split('.').map(|x| x.parse().unwrap()).collect();
+    let p: u16 = port.parse().unwrap();
+    let want = format!("{:02X}{:02X}{:02X}{:02X}:{p:04X}", o[3], o[2], o[1], o[0]);
+    std::fs::read_to_string("/proc/net/udp").unwrap_or_default().lines().any(|l| l.contains(&want))
+}
+
+/// Debian's `udpong` (datagram rsockets) as server and client, each with our libraries and a
+/// loopback address of its own: the client's run must end with its result line (`custom`:
+/// every echo came back with the right sequence number, or the server counted what arrived).
+/// The server never exits by itself: it is killed afterwards.
+fn udpong_pair(opts: &[&str]) {
+    let dir = lib_dir("udpong");
+    let (sip, cip, port) = (addr(), addr(), port());
+    let mut server = args(&["-b", &sip, "-p", &port]);
+    server.extend(args(opts));
+    let sa: Vec<&str> = server.iter().map(String::as_str).collect();
+    let mut srv = spawn(&dir, &sip, "/usr/bin/udpong", &sa);
+    let t = Instant::now();
+    while !udp_bound(&sip, &port) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut client = args(&["-s", &sip, "-p", &port]);
+    client.extend(args(opts));
+    let ca: Vec<&str> = client.iter().map(String::as_str).collect();
+    let (ok, cout) = finish(spawn(&dir, &cip, "/usr/bin/udpong", &ca), LIMIT);
+    let _ = srv.kill();
+    let (_, sout) = finish(srv, Duration::from_secs(5));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        ok && cout.lines().any(|l| l.starts_with("custom")),
+        "udpong {opts:?}\n--- client:\n{cout}\n--- server:\n{sout}"
+    );
+}
+
+/// Datagram rsockets between two processes: Debian's udpong, echo and one-way, in the default
+/// (non-blocking, spinning), blocking and rpoll modes, 64 to 1500 bytes.
+#[test]
+fn udpong_modes() {
+    if !have("udpong_modes", &["/usr/bin/udpong"]) {
+        return;
+    }
+    udpong_pair(&["-T", "e", "-S", "64", "-C", "300"]);
+    udpong_pair(&["-T", "e", "-T", "b", "-S", "1500", "-C", "300"]);
+    udpong_pair(&["-T", "e", "-T", "a", "-S", "1000", "-C", "300"]);
+    udpong_pair(&["-S", "1000", "-C", "2000"]);
+}
+
+/// Datagram rsockets' semantics in one process (tests/c/rsdgram.c: bytes and sources both
+/// ways, the first datagram through the UDP socket and the rest over the QPs, MSG_PEEK,
+/// EAGAIN, EMSGSIZE, EINVAL, EDESTADDRREQ, garbage on the UDP port ignored).
+#[test]
+fn datagram_semantics() {
+    let Some((dir, exe)) = build_c("rsdgram", RDMA_LIBS) else { return };
+    let ip = addr();
+    let (ok, out) = finish(spawn(&dir, &ip, exe.to_str().unwrap(), &[&ip, &port()]), Duration::from_secs(60));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(ok, "{out}");
+    assert!(out.contains("ok close"), "{out}");
+}
+
+/// A plain UDP program through rdma-core's `librspreload.so` (tests/py/udpecho.py: 100
+/// datagrams of 1 to 1400 bytes, each answered with its SHA-1 and checked): its sockets are
+/// datagram rsockets (both sides read `RDMA_SQSIZE`, which only an rsocket answers).
+#[test]
+fn preload_udp_program() {
+    if !have("preload_udp_program", &[PRELOAD, "/usr/bin/python3"]) {
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/udpecho.py");
+    let dir = lib_dir("udpecho");
+    let (sip, cip, port) = (addr(), addr(), port());
+    let env = [("LD_PRELOAD", PRELOAD)];
+    let srv = spawn_env(&dir, &sip, &env, "python3", &[script, "server", &sip, &port]);
+    let t = Instant::now();
+    while !udp_bound(&sip, &port) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (cok, cout) = finish(spawn_env(&dir, &cip, &env, "python3", &[script, "client", &sip, &port]), LIMIT);
+    let (sok, sout) = finish(srv, Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(cok && sok, "--- client:\n{cout}\n--- server:\n{sout}");
+    for out in [&cout, &sout] {
+        assert!(out.contains("sqsize 384"), "not an rsocket:\n{out}");
+    }
+}
+
+/// A stream peer that stops granting credits (tests/c/rscredit.c: it never reads): the
+/// non-blocking writer gets EAGAIN after a bounded amount and rpoll(POLLOUT) times out; a
+/// blocking writer sleeps (as rdma-core's, like a TCP writer facing a zero window) without
+/// spinning (under 10% of a core while blocked); once the peer closes without reading, the
+/// blocked rsend returns within 10 s (what it wrote, or ECONNRESET).
+#[test]
+fn peer_stops_granting_credits() {
+    let Some((dir, exe)) = build_c("rscredit", RDMA_LIBS) else { return };
+    let ip = addr();
+    let (ok, out) = finish(spawn(&dir, &ip, exe.to_str().unwrap(), &[&ip, &port()]), Duration::from_secs(60));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(ok, "{out}");
+    assert!(out.contains("ok peer-gone"), "{out}");
+}
