@@ -117,6 +117,10 @@ fn pingpong_and_one_sided(a: Side, b: Side, rounds: u32) {
 
 /// `common::verbs::connect` with local ACK timeout `timeout`.
 fn connect_with_timeout(a: &Side, b: &Side, timeout: u8) {
+    connect_with(a, b, timeout, 7);
+}
+
+fn connect_with(a: &Side, b: &Side, timeout: u8, rnr_retry: u8) {
     let (pa, pb) = (0x10_0000, 0x20_0000);
     for (x, y, rq, sq) in [(a, b, pb, pa), (b, a, pa, pb)] {
         x.qp.modify(&QpAttrs::init(Access::ALL)).unwrap();
@@ -124,7 +128,12 @@ fn connect_with_timeout(a: &Side, b: &Side, timeout: u8) {
         let mut rtr = QpAttrs::rtr(av, Mtu::Mtu1024, y.qp.qp_num(), Psn::new(rq));
         rtr.max_dest_rd_atomic = Some(16);
         x.qp.modify(&rtr).unwrap();
-        x.qp.modify(&QpAttrs { timeout: Some(timeout), ..QpAttrs::rts(Psn::new(sq)) }).unwrap();
+        x.qp.modify(&QpAttrs {
+            timeout: Some(timeout),
+            rnr_retry: Some(rnr_retry),
+            ..QpAttrs::rts(Psn::new(sq))
+        })
+        .unwrap();
     }
 }
 
@@ -159,4 +168,52 @@ fn busy_polling_inline_under_loss_is_exactly_once_in_order() {
     let s = net.stats();
     assert!(s.dropped > 0 && s.duplicated > 0, "{s:?}");
     assert!(retried > 0, "losses were repaired by retransmission");
+}
+
+/// A receive posted while the QP is in a state in which packets arrive is only queued (no
+/// engine wake-up per receive): the engine takes it before the next packet the QP gets. With
+/// no RNR retries a SEND that met an empty receive queue would fail the sender.
+#[test]
+fn a_receive_queued_without_waking_the_engine_is_there_for_the_next_send() {
+    for inline in [true, false] {
+        let a = open(DeviceConfig::new(loopback_ip()), inline);
+        let b = open(DeviceConfig::new(loopback_ip()), inline);
+        connect_with(&a, &b, 14, 0);
+        for k in 0..3u32 {
+            // Both engines go to sleep (their idle spin is 50 µs).
+            std::thread::sleep(Duration::from_millis(50));
+            b.qp.post_recv(RecvWr::new(u64::from(k), &[b.mr.sge(0, 64)])).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            a.mr.write(0, &k.to_le_bytes()).unwrap();
+            a.qp.post_send(SendWr::new(u64::from(k), SendOp::Send, &[a.mr.sge(0, 4)])).unwrap();
+            let wc = a.cq.poll_one_wait(Duration::from_secs(10)).unwrap().expect("no send completion");
+            assert_eq!(
+                (wc.status, wc.opcode),
+                (WcStatus::Success, WcOpcode::Send),
+                "inline {inline}: {wc:?}"
+            );
+            let wc = b.cq.poll_one_wait(Duration::from_secs(10)).unwrap().expect("no receive completion");
+            assert_eq!((wc.status, wc.opcode, wc.wr_id), (WcStatus::Success, WcOpcode::Recv, u64::from(k)));
+            let mut got = [0u8; 4];
+            b.mr.read(0, &mut got).unwrap();
+            assert_eq!(u32::from_le_bytes(got), k);
+        }
+    }
+}
+
+/// A receive posted to a QP in ERR is flushed at once even when nobody polls: the engine is
+/// woken for it (and a thread that only sleeps on the CQ gets the flush completion).
+#[test]
+fn a_receive_posted_to_an_err_qp_is_flushed_while_the_application_sleeps() {
+    let a = open(DeviceConfig::new(loopback_ip()), false);
+    let b = open(DeviceConfig::new(loopback_ip()), false);
+    connect_with_timeout(&a, &b, 14);
+    b.qp.modify(&QpAttrs::error()).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    b.qp.post_recv(RecvWr::new(7, &[b.mr.sge(0, 64)])).unwrap();
+    let start = Instant::now();
+    assert!(b.cq.wait(Duration::from_secs(5)).unwrap(), "no flush completion within 5 s");
+    let wc = b.cq.poll_one().unwrap().expect("a completion");
+    assert_eq!((wc.status, wc.wr_id), (WcStatus::WrFlushErr, 7), "{wc:?}");
+    assert!(start.elapsed() < Duration::from_secs(2), "flushed after {:?}", start.elapsed());
 }

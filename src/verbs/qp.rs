@@ -629,7 +629,7 @@ impl QueuePair {
         // A send posted to an idle queue (a latency-bound application: one message at a
         // time) leaves from this thread at once; one posted behind others waits for the next
         // pass, which sends the queue's packets together (GSO batches).
-        self.schedule(before == 0);
+        self.schedule(before == 0, true);
         Ok(())
     }
 
@@ -651,7 +651,7 @@ impl QueuePair {
         for wr in checked {
             self.shared.send_wrq.push(wr);
         }
-        self.schedule(before == 0);
+        self.schedule(before == 0, true);
         Ok(())
     }
 
@@ -773,23 +773,39 @@ impl QueuePair {
             return Err(PostError::QueueFull.into());
         }
         s.recv_wrq.push(wr);
-        // (Receives are also taken before every packet the QP gets: no need to run now.)
-        self.schedule(false);
+        // A receive is taken before every packet its QP gets, so in the states in which
+        // packets come (or will, after a modify the engine runs) nobody needs to run for it
+        // now. Waking a sleeping engine per receive cost a context switch per message, which
+        // on a small machine took the CPU from the spinning application. In the other states
+        // (ERR flushes it at once) the engine is told. (The state is read after the push: an
+        // engine that published ERR before it went to sleep is woken.)
+        let lazy =
+            matches!(self.state(), QpState::Init | QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe);
+        self.schedule(false, !lazy);
         Ok(())
     }
 
     /// Tells the engine the QP has new work; with `inline`, runs it on this thread instead
     /// when inline progress is on and no other thread is driving the device (otherwise the
-    /// one that is, or the engine, woken if it sleeps, takes it from the queue).
-    fn schedule(&self, inline: bool) {
+    /// one that is, or the engine, woken if it sleeps when `wake` says so, takes it from the
+    /// queue).
+    ///
+    /// The QP is queued for the engine once until it takes its work (`scheduled`), but an
+    /// inline send runs here even when it already is: a receive posted just before (queued,
+    /// not run: [`QueuePair::post_recv`]) must not hand the send that follows to the engine
+    /// thread.
+    fn schedule(&self, inline: bool, wake: bool) {
+        let dev = &self.device.shared;
+        let qpn = self.shared.qpn;
+        let link = &dev.engines[dev.engine_of(qpn)];
         if !self.shared.scheduled.swap(true, Ordering::SeqCst) {
-            let dev = &self.device.shared;
-            let qpn = self.shared.qpn;
-            let link = &dev.engines[dev.engine_of(qpn)];
             link.posted.push(qpn);
-            if !(inline && self.device.progress_inline_for(qpn, false)) {
-                link.wake_if_sleeping();
-            }
+        }
+        if inline && self.device.progress_inline_for(qpn, false) {
+            return;
+        }
+        if wake {
+            link.wake_if_sleeping();
         }
     }
 }
