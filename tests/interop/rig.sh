@@ -38,7 +38,8 @@
 #   cm-delay K DELAY|off       delay the CM's MADs (RoCEv2 packets to QP 1) arriving at
 #                              guest K by DELAY (netem on ifb0 for them alone); other
 #                              traffic passes undelayed. "netem K off" also clears it
-#   counters K                 guest K's rxe0 hw_counters as "name value" lines
+#   counters K                 guest K's rxe0 hw_counters as "name value" lines (the guest's one
+#                              RDMA device, whatever its name: matrix.sh's UCX rows rename it)
 #   gid K                      guest K's non-empty GID table: "index gid type ndev"
 #   devinfo K                  ibv_devinfo -v in guest K
 #   console K                  guest K's console log
@@ -550,7 +551,7 @@ cmd_cm_delay() {
 cmd_counters() {
     [ $# -eq 1 ] || die "usage: counters K"
     check_k "$1"
-    vmctl "$1" x 30 'cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep -H . * | sed "s/:/ /"'
+    vmctl "$1" x 30 'cd /sys/class/infiniband/*/ports/1/hw_counters && grep -H . * | sed "s/:/ /"'
 }
 
 cmd_gid() {
