@@ -221,8 +221,11 @@ cmd_build() {
     cp -L "$S/usr/lib/x86_64-linux-gnu/ucx/libuct_ib.so.0" "$R/lib/x86_64-linux-gnu/ucx/"
     # libpsm_infinipath.so.1 is a symlink update-alternatives makes at install time (it is not
     # in the .deb): make it in the stage as the package's postinst would
-    [ -e "$S/usr/lib/x86_64-linux-gnu/libpsm_infinipath.so.1" ] || \
-        ln -s ../libpsm1/libpsm_infinipath.so.1.16 "$S/usr/lib/x86_64-linux-gnu/libpsm_infinipath.so.1"
+    if [ ! -e "$S/usr/lib/x86_64-linux-gnu/libpsm_infinipath.so.1" ]; then
+        local psm; psm=$(cd "$S/usr/lib" && compgen -G "libpsm1/libpsm_infinipath.so.1.*" | head -1)
+        [ -n "$psm" ] || die "libpsm-infinipath1 has no libpsm1/libpsm_infinipath.so.1.*"
+        ln -s "../$psm" "$S/usr/lib/x86_64-linux-gnu/libpsm_infinipath.so.1"
+    fi
     # shared-library closure, resolved against the unpacked .debs first
     local LLP=$S/lib/x86_64-linux-gnu:$S/usr/lib/x86_64-linux-gnu libs
     libs=$(for f in "$R"/usr/bin/* "$R"/usr/sbin/* "$R"/usr/lib/x86_64-linux-gnu/libibverbs/*.so "$R"/lib/x86_64-linux-gnu/ucx/*.so.0; do
