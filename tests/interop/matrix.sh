@@ -311,6 +311,12 @@ perf() {
     fi
 }
 
+# rxe_as_softroce0 CMD: CMD for the guest, run with its rxe device named softroce0 (ucx_perftest's
+#   server opens the device the client names) and renamed rxe0 after it, CMD's status kept.
+rxe_as_softroce0() {
+    echo "rdma dev set rxe0 name softroce0 2>/dev/null; $1; r=\$?; rdma dev set softroce0 name rxe0; exit \$r"
+}
+
 # ------------------------------------------------------------------------------------------
 say "rig: build and boot one kernel-rxe guest"
 "$RIG" build >/dev/null || { say "rig build failed"; exit 1; }
@@ -508,6 +514,46 @@ for mtu in 1500 9000; do
                         "$prog -b $VM -S 65536 -C 20 -T v" "$DL $prog -s $VM -S 65536 -C 20 -T v" '^custom'
                     late_any=1 rxe_port=rdma_cm run "abi-rs-$prog-rxe2sr" $pmtu "" "$prog (drop-in librdmacm)" "-S 65536 -C 20 -T v" "rxe → softroce" client \
                         "$prog -s $HOST -S 65536 -C 20 -T v" "$DL $prog -b $HOST -S 65536 -C 20 -T v" '^custom'
+                done
+                # ---- middleware (issue 26, docs/middleware.md): Debian's UCX 1.13 and libfabric
+                # 1.17 through softroce's drop-in libraries <-> the same on kernel rxe, both
+                # directions. The host side gets the device node UCX insists on from
+                # `softroce setup` in a private mount namespace (a tmpfs over /dev/infiniband).
+                #   - UCT ucx_perftest am_lat over rc_verbs and ud_verbs, 1000 iterations. Its
+                #     server takes the client's whole parameter block, device name included, so
+                #     both ends must have one device name: the rxe side renames its device
+                #     softroce0 for the run (`rdma dev set`; rig.sh counters finds it either way)
+                #     and back. The server prints the test's header, the client the Final: line.
+                #   - ud_verbs: UCX_UD_VERBS_ETH_DGID_CHECK=n on the rxe side only. UCX 1.13
+                #     reads a UD receive's GRH layout from wc.sl as mlx5 reports it; softroce
+                #     reports it so, kernel rxe reports 0, and UCX on rxe then drops every
+                #     datagram (rxe against rxe too; fixed in later UCX).
+                #   - fi_pingpong -c (every byte checked), 64 B to 1 MiB, 10 iterations each,
+                #     -e msg (verbs, rdma_cm) and -e rdm (verbs;ofi_rxm). rdm: FI_UNIVERSE_SIZE=64
+                #     on the rxe side only. ofi_rxm sizes its verbs CQ (tx 128 + rx 128) x
+                #     universe size (256) = 65536 entries, above rxe's max_cqe 32767, and
+                #     fi_enable fails with EINVAL (rxe against rxe too; softroce's max_cqe is
+                #     1048575).
+                UCXDL="$DL unshare -m --propagation private sh -c 'mkdir -p /dev/infiniband && mount -t tmpfs -o mode=0755 tmpfs /dev/infiniband && \"\$0\" setup -n 1 >/dev/null && exec \"\$@\"' $SR"
+                UCX_OK='^Final: +1000 |Test: +active message latency'
+                FI_OK='^1m +10 +=10 '
+                for tl in rc_verbs ud_verbs; do
+                    renv=$([ $tl = ud_verbs ] && echo "UCX_UD_VERBS_ETH_DGID_CHECK=n ")
+                    ucx="-d softroce0:1 -x $tl -t am_lat -n 1000 -w 100"
+                    rxe_port=13337 run "abi-mw-ucx-$tl-sr2rxe" $pmtu "" "ucx_perftest (drop-in lib)" "UCT $tl am_lat${renv:+, rxe: ${renv% }}" "softroce → rxe" server \
+                        "$(rxe_as_softroce0 "${renv}ucx_perftest -p 13337")" "$UCXDL ucx_perftest -p 13337 $ucx $VM" "$UCX_OK"
+                    run "abi-mw-ucx-$tl-rxe2sr" $pmtu "" "ucx_perftest (drop-in lib)" "UCT $tl am_lat${renv:+, rxe: ${renv% }}" "rxe → softroce" client \
+                        "$(rxe_as_softroce0 "${renv}ucx_perftest -p 13337 $ucx $HOST")" "$UCXDL ucx_perftest -p 13337" "$UCX_OK"
+                done
+                "$RIG" vm 1 "rdma dev set softroce0 name rxe0 2>/dev/null; true" >/dev/null
+                for ep in msg rdm; do
+                    prov=$([ $ep = msg ] && echo verbs || echo "'verbs;ofi_rxm'")
+                    renv=$([ $ep = rdm ] && echo "FI_UNIVERSE_SIZE=64 ")
+                    fi="-p $prov -e $ep -I 10 -c"
+                    rxe_port=47592 run "abi-mw-fi-$ep-sr2rxe" $pmtu "" "fi_pingpong (drop-in libs)" "-e $ep -c, 64 B .. 1 MiB${renv:+, rxe: ${renv% }}" "softroce → rxe" server \
+                        "${renv}fi_pingpong $fi -B 47592" "$DL fi_pingpong $fi -P 47592 $VM" "$FI_OK"
+                    run "abi-mw-fi-$ep-rxe2sr" $pmtu "" "fi_pingpong (drop-in libs)" "-e $ep -c, 64 B .. 1 MiB${renv:+, rxe: ${renv% }}" "rxe → softroce" client \
+                        "${renv}fi_pingpong $fi -P 47592 $HOST" "$DL fi_pingpong $fi -B 47592" "$FI_OK"
                 done
                 for tool in write_bw read_bw send_bw send_lat; do
                     need=2 rxe_port=rdma_cm run "abi-cm-R-$tool-rxe2sr" $pmtu "" "ib_$tool -R (drop-in librdmacm)" "rdma_cm, 100 iters" "rxe → softroce" client \

@@ -5,7 +5,7 @@
 # The host kernel has no InfiniBand/rxe, so kernel rxe runs in QEMU (TCG)
 # guests that boot Debian's stock kernel with a small busybox initramfs
 # (rdma-core, ibverbs-utils, perftest, rdmacm-utils, iproute2, tcpdump,
-# labpeer). The guests' NICs are taps on bridge br0 inside network namespace
+# labpeer, UCX's ucx_perftest and libfabric's fi_pingpong). The guests' NICs are taps on bridge br0 inside network namespace
 # softroce-rig (host side 10.77.0.1/24, guest K = 10.77.0.(K+1)/24, no uplink,
 # no route out): traffic never leaves the namespace and the guests.
 #
@@ -38,7 +38,8 @@
 #   cm-delay K DELAY|off       delay the CM's MADs (RoCEv2 packets to QP 1) arriving at
 #                              guest K by DELAY (netem on ifb0 for them alone); other
 #                              traffic passes undelayed. "netem K off" also clears it
-#   counters K                 guest K's rxe0 hw_counters as "name value" lines
+#   counters K                 guest K's rxe0 hw_counters as "name value" lines (the guest's one
+#                              RDMA device, whatever its name: matrix.sh's UCX rows rename it)
 #   gid K                      guest K's non-empty GID table: "index gid type ndev"
 #   devinfo K                  ibv_devinfo -v in guest K
 #   console K                  guest K's console log
@@ -78,13 +79,18 @@ PKGS="busybox-static rdma-core libibverbs1 ibverbs-providers ibverbs-utils perft
  libnl-3-200 libnl-route-3-200 libc6 libgcc-s1 libssl3 libbpf1 libbsd0 libcap2
  libdb5.3 libelf1 libmnl0 libselinux1 libtirpc3 libxtables12 libmd0 libpcre2-8-0
  libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libcom-err2
- zlib1g libzstd1 liblzma5 libudev1 libdbus-1-3 libsystemd0 libgcrypt20 libgpg-error0 liblz4-1"
+ zlib1g libzstd1 liblzma5 libudev1 libdbus-1-3 libsystemd0 libgcrypt20 libgpg-error0 liblz4-1
+ ucx-utils libucx0 libnuma1 libgomp1 libfabric-bin libfabric1 libatomic1 libpsm2-2 libpsm-infinipath1 libuuid1"
+# (UCX 1.13 and libfabric 1.17 for the middleware rows, docs/middleware.md. Debian's libfabric
+# has its psm2 and psm providers built in: libfabric.so.1 names libpsm2.so.2 and
+# libpsm_infinipath.so.1 as DT_NEEDED, so the loader needs them even for the verbs provider.)
 # package path -> guest path
 BINS="usr/bin/ibv_devinfo usr/bin/ibv_devices usr/bin/ibv_rc_pingpong usr/bin/ibv_ud_pingpong
  usr/bin/ibv_uc_pingpong usr/bin/ibv_srq_pingpong usr/bin/ib_write_bw usr/bin/ib_write_lat
  usr/bin/ib_read_bw usr/bin/ib_read_lat usr/bin/ib_send_bw usr/bin/ib_send_lat
  usr/bin/ib_atomic_bw usr/bin/ib_atomic_lat usr/bin/rping usr/bin/ucmatose usr/bin/udaddy
  usr/bin/rdma_server usr/bin/rdma_client usr/bin/rstream usr/bin/riostream usr/bin/udpong usr/bin/rdma usr/bin/tcpdump
+ usr/bin/ucx_info usr/bin/ucx_perftest usr/bin/fi_info usr/bin/fi_pingpong
  bin/ip=usr/sbin/ip sbin/tc=usr/sbin/tc bin/ss=usr/sbin/ss"
 # softroce's own binary in the guests (tests/interop/compare.sh: kernel rxe against softroce on
 # the same emulated CPU). Its content is one of the build's inputs: a new binary rebuilds the
@@ -208,9 +214,21 @@ cmd_build() {
     fi
     cp "$S"/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so "$R/usr/lib/x86_64-linux-gnu/libibverbs/"
     cp "$S/etc/libibverbs.d/rxe.driver" "$R/etc/libibverbs.d/"
+    # UCX's transports are modules it dlopen()s from the directory "ucx" beside its libucs.so.0,
+    # which lands in /lib/x86_64-linux-gnu below: libuct_ib alone (rc_verbs, ud_verbs, dc_mlx5...;
+    # not cma, not rdmacm)
+    mkdir -p "$R/lib/x86_64-linux-gnu/ucx"
+    cp -L "$S/usr/lib/x86_64-linux-gnu/ucx/libuct_ib.so.0" "$R/lib/x86_64-linux-gnu/ucx/"
+    # libpsm_infinipath.so.1 is a symlink update-alternatives makes at install time (it is not
+    # in the .deb): make it in the stage as the package's postinst would
+    if [ ! -e "$S/usr/lib/x86_64-linux-gnu/libpsm_infinipath.so.1" ]; then
+        local psm; psm=$(cd "$S/usr/lib" && compgen -G "libpsm1/libpsm_infinipath.so.1.*" | head -1)
+        [ -n "$psm" ] || die "libpsm-infinipath1 has no libpsm1/libpsm_infinipath.so.1.*"
+        ln -s "../$psm" "$S/usr/lib/x86_64-linux-gnu/libpsm_infinipath.so.1"
+    fi
     # shared-library closure, resolved against the unpacked .debs first
     local LLP=$S/lib/x86_64-linux-gnu:$S/usr/lib/x86_64-linux-gnu libs
-    libs=$(for f in "$R"/usr/bin/* "$R"/usr/sbin/* "$R"/usr/lib/x86_64-linux-gnu/libibverbs/*.so; do
+    libs=$(for f in "$R"/usr/bin/* "$R"/usr/sbin/* "$R"/usr/lib/x86_64-linux-gnu/libibverbs/*.so "$R"/lib/x86_64-linux-gnu/ucx/*.so.0; do
                LD_LIBRARY_PATH=$LLP ldd "$f" 2>/dev/null | awk '/=> \//{print $3}'
            done | sort -u)
     for l in $libs; do
@@ -220,8 +238,8 @@ cmd_build() {
     cp -L "$S/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" "$R/lib64/"
     cp -L "$S/lib/x86_64-linux-gnu/libgcc_s.so.1" "$R/lib/x86_64-linux-gnu/"   # dlopen()ed at thread exit
     ln -s lib "$R/usr/lib64"
-    if LD_LIBRARY_PATH=$R/lib/x86_64-linux-gnu ldd "$R"/usr/bin/* "$R"/usr/sbin/* 2>/dev/null | grep -q 'not found'; then
-        die "missing libraries: $(LD_LIBRARY_PATH=$R/lib/x86_64-linux-gnu ldd "$R"/usr/bin/* "$R"/usr/sbin/* 2>/dev/null | grep 'not found' | sort -u | tr '\n' ' ')"
+    if LD_LIBRARY_PATH=$R/lib/x86_64-linux-gnu ldd "$R"/usr/bin/* "$R"/usr/sbin/* "$R"/lib/x86_64-linux-gnu/ucx/*.so.0 2>/dev/null | grep -q 'not found'; then
+        die "missing libraries: $(LD_LIBRARY_PATH=$R/lib/x86_64-linux-gnu ldd "$R"/usr/bin/* "$R"/usr/sbin/* "$R"/lib/x86_64-linux-gnu/ucx/*.so.0 2>/dev/null | grep 'not found' | sort -u | tr '\n' ' ')"
     fi
     # kernel modules in dependency order
     local KM=$K/lib/modules/$KV
@@ -536,7 +554,7 @@ cmd_cm_delay() {
 cmd_counters() {
     [ $# -eq 1 ] || die "usage: counters K"
     check_k "$1"
-    vmctl "$1" x 30 'cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep -H . * | sed "s/:/ /"'
+    vmctl "$1" x 30 'cd /sys/class/infiniband/*/ports/1/hw_counters && grep -H . * | sed "s/:/ /"'
 }
 
 cmd_gid() {
