@@ -24,16 +24,7 @@
 
 #include <rdma/rsocket.h>
 
-#define CHECK(c, ...)                                                                  \
-	do {                                                                           \
-		if (!(c)) {                                                            \
-			int e_ = errno;                                                \
-			fprintf(stderr, "FAIL line %d: %s: ", __LINE__, #c);           \
-			fprintf(stderr, __VA_ARGS__);                                  \
-			fprintf(stderr, " (errno %d %s)\n", e_, strerror(e_));         \
-			exit(1);                                                       \
-		}                                                                      \
-	} while (0)
+#include "rscheck.h"
 
 static double now(clockid_t c)
 {
