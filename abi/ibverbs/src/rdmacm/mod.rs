@@ -146,10 +146,6 @@ fn register_id(serial: u64, p: *mut rdma_cm_id) {
     IDS.lock().get_or_insert_with(HashMap::new).insert(serial, p as usize);
 }
 
-fn lookup_id(serial: u64) -> Option<*mut rdma_cm_id> {
-    IDS.lock().as_ref().and_then(|m| m.get(&serial)).map(|p| *p as *mut rdma_cm_id)
-}
-
 /// # Safety
 /// `p` is NULL or an `rdma_cm_id *`.
 unsafe fn id_of<'a>(p: *const rdma_cm_id) -> Option<&'a IdObj> {
@@ -672,6 +668,12 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     zero_or_minus1(|| {
         // SAFETY: per the caller.
         let o = unsafe { id_of(id) }.ok_or(libc::EINVAL)?;
+        // Out of the registry first, so that no event is counted against it any more (see
+        // `take_event`), then the events already handed out are waited for.
+        let serial = o.rust.st.lock().cm.as_ref().map(|cm| cm.serial());
+        if let (Some(serial), Some(m)) = (serial, IDS.lock().as_mut()) {
+            m.remove(&serial);
+        }
         o.rust.wait_acked();
         let (cm, own) = {
             let mut st = o.rust.st.lock();
@@ -682,9 +684,6 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             }
             (st.cm.take(), std::mem::replace(&mut st.own_channel, std::ptr::null_mut()))
         };
-        if let (Some(cm), Some(m)) = (&cm, IDS.lock().as_mut()) {
-            m.remove(&cm.serial());
-        }
         drop(cm);
         drop_own_channel(own);
         // SAFETY: the id is ours and going away; its path record is ours (or NULL).
@@ -1169,24 +1168,38 @@ pub unsafe extern "C" fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut
 fn take_event(chp: *mut rdma_event_channel, o: &ChanObj) -> Result<Option<*mut rdma_cm_event>, Errno> {
     let Some(mut ev) = o.rust.ch.try_get_event().map_err(|e| cm_errno(&e))? else { return Ok(None) };
     let kind = ev.event_type();
-    let listen = ev.listen_id().and_then(|l| lookup_id(l.serial()));
-    let (id, counted) = if let Some(new) = ev.take_id() {
-        let Some(l) = listen else { return Ok(None) };
-        // SAFETY: a live id of ours (registered).
-        let (context, ps) = unsafe { ((*l).context, (*l).ps) };
-        (new_id(new, chp, context, ps), l)
-    } else {
-        let Some(p) = lookup_id(ev.id().serial()) else { return Ok(None) };
-        (p, p)
+    // The ids are looked up, and the event counted against the one it will be acknowledged
+    // for, under the registry's lock: `rdma_destroy_id` unregisters an id before it waits for
+    // its events' acknowledgements, so an id is either found here (and its destroy waits for
+    // this event) or not (and the event is dropped, as the kernel drops the events of a
+    // destroyed id). Looked up and counted in two steps, an id destroyed between them by
+    // another thread made this call fail with EINVAL (rping's event thread, at the end of a
+    // run whose main thread destroyed the id).
+    let new = ev.take_id();
+    let (listen, counted) = {
+        let ids = IDS.lock();
+        let find = |serial: u64| ids.as_ref().and_then(|m| m.get(&serial)).map(|p| *p as *mut rdma_cm_id);
+        let listen = ev.listen_id().and_then(|l| find(l.serial()));
+        let counted = if new.is_some() { listen } else { find(ev.id().serial()) };
+        let Some(counted) = counted else { return Ok(None) };
+        // SAFETY: a registered id is live (it leaves the registry before it is freed).
+        let co = unsafe { id_of(counted) }.ok_or(libc::EINVAL)?;
+        *co.rust.unacked.lock() += 1;
+        (listen, counted)
     };
-    // SAFETY: registered ids are live.
-    let io = unsafe { id_of(id) }.ok_or(libc::EINVAL)?;
-    if let Some(cm) = io.rust.st.lock().cm.as_ref() {
+    let id = if let Some(new) = new {
+        // SAFETY: the listener is live: its destroy waits for this event's acknowledgement.
+        let (context, ps) = unsafe { ((*counted).context, (*counted).ps) };
+        new_id(new, chp, context, ps)
+    } else {
+        counted
+    };
+    // SAFETY: `counted` is live (above); a new id was just made.
+    if let Some(io) = unsafe { id_of(id) }
+        && let Some(cm) = io.rust.st.lock().cm.as_ref()
+    {
         refresh(id, cm);
     }
-    // SAFETY: counted is a live id of ours.
-    let co = unsafe { id_of(counted) }.ok_or(libc::EINVAL)?;
-    *co.rust.unacked.lock() += 1;
 
     let private_data = ev.private_data().to_vec();
     // SAFETY: rdma_cm_event is plain data: all-zero is valid.
