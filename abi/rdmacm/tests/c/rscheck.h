@@ -1,4 +1,4 @@
-/* CHECK for the rsockets test programs (rsapi.c, rscredit.c, rsdgram.c): on a false
+/* CHECK for the test programs without cm.h (rsapi.c, rscredit.c, rsdgram.c, cmrace.c): on a false
  * condition, print the line, the condition, a message and errno, and exit 1. (cm.h has its
  * own, with the event channel these programs do not use.) */
 #ifndef RSCHECK_H
