@@ -93,7 +93,9 @@ pub fn addr() -> String {
 /// process on softroce, so only the peers must agree).
 pub fn port() -> String {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    (20000 + (std::process::id() * 7 + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) % 20000)
+    // (Below the kernel's ephemeral ports, 32768 and up: some of these are TCP ports —
+    // perftest's and the tools' side channels — that listen on every address.)
+    (20000 + (std::process::id() * 7 + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) % 12000)
         .to_string()
 }
 
