@@ -70,6 +70,19 @@
 //! It also measures the kernel's part alone: a busy-poll UDP ping-pong whose receiving socket
 //! is plain, then one of a two-socket `SO_REUSEPORT` group with the steering program.
 //!
+//! Busy-polling applications on fewer cores than busy threads (`onecore`, issues 28 and 30):
+//! `softroce perf write-bw -s 65536` and `send-bw -s 64` (the tool's CQ loop spins, as
+//! perftest's does) with both processes free to use every CPU, then with both on one CPU, each
+//! with the CQ poll's pacing on (the default) and off (`SOFTROCE_POLL_YIELD=0`,
+//! `softroce::verbs::pacer`), interleaved, `rounds` times (3 by default); the ratio of one CPU
+//! to all, per mode. With the pacing off a poller that finds nothing keeps its CPU until its
+//! time slice ends, while the peer's engine on the same CPU waits to acknowledge.
+//!
+//! ```text
+//! cargo bench --bench throughput -- onecore         # 3 s per run, 3 rounds
+//! cargo bench --bench throughput -- onecore 4 5     # 4 s per run, 5 rounds
+//! ```
+//!
 //! The server side of each runs in a child process (this binary, re-executed).
 
 use std::io::{BufRead, BufReader, Write};
@@ -99,6 +112,11 @@ fn main() {
     }
     if std::env::args().any(|a| a == "shared") {
         shared(Duration::from_secs_f64(secs));
+        return;
+    }
+    if std::env::args().any(|a| a == "onecore") {
+        let nums: Vec<f64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+        onecore(nums.first().copied().unwrap_or(3.0), nums.get(1).map_or(3, |&n| n as usize));
         return;
     }
     if std::env::args().any(|a| a == "engines") {
@@ -480,7 +498,6 @@ fn perf_lat_on(
     inline: bool,
     sharing: Sharing,
 ) -> std::result::Result<f64, String> {
-    let exe = env!("CARGO_BIN_EXE_softroce");
     // `SOFTROCE_BENCH_NET=127.0.N` moves them to 127.0.N.21/.22.
     let net = std::env::var("SOFTROCE_BENCH_NET").ok();
     let server_ip = net.as_ref().map_or("127.0.77.11".to_string(), |n| format!("{n}.21"));
@@ -507,6 +524,18 @@ fn perf_lat_on(
             c.args(["-s", "2"]);
         }
     };
+    let v = perf_pair(&common, server_ip, client_ip)?;
+    v["results"][0]["t_typical_us"].as_f64().ok_or_else(|| "no t_typical_us in the report".to_string())
+}
+
+/// A `softroce perf` server on `server_ip` and its client on `client_ip`, both set up by
+/// `common` (the test and its options); the client's JSON report.
+fn perf_pair(
+    common: &dyn Fn(&mut Command),
+    server_ip: &str,
+    client_ip: &str,
+) -> std::result::Result<serde_json::Value, String> {
+    let exe = env!("CARGO_BIN_EXE_softroce");
     let mut server = Command::new(exe);
     common(&mut server);
     let mut server = server
@@ -523,9 +552,14 @@ fn perf_lat_on(
         .output()
         .map_err(|e| e.to_string())?;
     let _ = server.wait();
-    let v: serde_json::Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("{e} ({})", out.status))?;
-    v["results"][0]["t_typical_us"].as_f64().ok_or_else(|| "no t_typical_us in the report".to_string())
+    // (The report is the last line that is a JSON object.)
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .ok_or_else(|| format!("no report ({})", out.status))?;
+    serde_json::from_str(line).map_err(|e| format!("{e} ({})", out.status))
 }
 
 /// Why the raw backend cannot run here, if it cannot (it needs CAP_NET_RAW).
@@ -783,6 +817,76 @@ fn shared(d: Duration) {
         for (k, m) in modes.iter().enumerate() {
             println!("{:<44} {:>10.2} {:>8.2}", format!("{test}, {}", name(*m)), best[k], best[k] / best[0]);
         }
+    }
+}
+
+/// The `onecore` rows: `softroce perf write-bw` 64 KiB and `send-bw` 64 B on every CPU and on
+/// one, with the CQ poll's pacing on and off.
+fn onecore(secs: f64, rounds: usize) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "softroce perf, busy-polling applications on all CPUs ({cores}) and on one, {secs} s per run, \
+         best of {rounds} (load {:.1})",
+        load_average()
+    );
+    println!();
+    println!("{:<58} {:>10} {:>10} {:>8}", "run", "all CPUs", "one CPU", "ratio");
+    let saved = affinity();
+    let mut port = 18_900u16;
+    for (test, size, unit) in [("write-bw", 65536, "MB/s"), ("send-bw", 64, "Mmsg/s")] {
+        // [pacing on, off] x [all, one]: the best of the rounds.
+        let mut best = [[0.0f64; 2]; 2];
+        for _ in 0..rounds {
+            for (m, pacing) in ["1", "0"].into_iter().enumerate() {
+                for (c, one) in [false, true].into_iter().enumerate() {
+                    if one {
+                        // Both processes inherit this thread's CPU set.
+                        pin(cores - 1);
+                    }
+                    port = if port >= 18_990 { 18_900 } else { port + 1 };
+                    let r = perf_bw(test, size, secs, port, pacing);
+                    unpin(&saved);
+                    match r {
+                        Ok(v) => best[m][c] = best[m][c].max(v),
+                        Err(e) => println!("{test} pacing {pacing} one CPU {one}: failed: {e}"),
+                    }
+                }
+            }
+        }
+        for (m, name) in ["pacing on (default)", "pacing off (SOFTROCE_POLL_YIELD=0)"].into_iter().enumerate()
+        {
+            let [all, one] = best[m];
+            let scale = if unit == "MB/s" { 1.0 } else { 1e-6 };
+            println!(
+                "{:<58} {:>10.2} {:>10.2} {:>8.2}",
+                format!("{test} {size} B {unit}, {name}"),
+                all * scale,
+                one * scale,
+                one / all
+            );
+        }
+    }
+}
+
+/// `softroce perf <test> -s <size> -D <secs>` between 127.0.77.31 and .32 (`SOFTROCE_BENCH_NET`
+/// moves them to .31/.32 of that net), with `SOFTROCE_POLL_YIELD=<pacing>`: the client's
+/// average bandwidth in MB/s (`write-bw`) or messages per second (`send-bw`).
+fn perf_bw(test: &str, size: usize, secs: f64, port: u16, pacing: &str) -> std::result::Result<f64, String> {
+    let net = std::env::var("SOFTROCE_BENCH_NET").unwrap_or_else(|_| "127.0.77".to_string());
+    let (server_ip, client_ip) = (format!("{net}.31"), format!("{net}.32"));
+    let common = |c: &mut Command| {
+        c.env("SOFTROCE_POLL_YIELD", pacing);
+        c.args(["perf", test, "-s", &size.to_string(), "-D", &format!("{secs}"), "-p", &port.to_string()]);
+    };
+    let v = perf_pair(&common, &server_ip, &client_ip)?;
+    let r = &v["results"][0];
+    if test == "write-bw" {
+        r["bw_avg"].as_f64().ok_or_else(|| "no bw_avg in the report".to_string())
+    } else {
+        r["msg_rate_mpps"]
+            .as_f64()
+            .map(|m| m * 1e6)
+            .ok_or_else(|| "no msg_rate_mpps in the report".to_string())
     }
 }
 

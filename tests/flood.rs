@@ -24,8 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The least share of its clean goodput a flooded run keeps (issue 30); `SOFTROCE_FLOOD_MIN_RATIO`
-/// overrides it (`.ci/run` sets 0 while the goal is not met on a quiet machine: the ratios are
-/// printed, the other checks still fail the test).
+/// overrides it (`.ci/run` sets 0.3, leaving room for a noisy round on a shared machine).
 const MIN_RATIO: f64 = 0.4;
 
 fn env_or<T: std::str::FromStr>(k: &str, d: T) -> T {

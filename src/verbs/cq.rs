@@ -173,16 +173,41 @@ impl CompletionQueue {
     ///
     /// On a device with inline progress ([`super::DeviceConfig::inline_progress`]), polling an
     /// empty CQ makes progress on the calling thread (reads what has arrived, sends what was
-    /// posted) before it looks again, as a busy-polling application on an HCA expects.
+    /// posted) before it looks again, as a busy-polling application on an HCA expects; and a
+    /// thread whose polls keep finding nothing yields its CPU when the CPU is contended or
+    /// after 50 µs ([`super::DeviceConfig::poll_yield`], [`super::pacer`]).
     pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
         let mut n = self.take(out);
-        if n == 0 && !out.is_empty() && self.device.progress_inline(true) {
-            n = self.take(out);
+        if n == 0 && !out.is_empty() {
+            let pass = self.device.progress_inline(true);
+            if pass.ran {
+                n = self.take(out);
+            }
+            self.pace(pass, n > 0);
+        } else if n > 0 {
+            self.pace(Default::default(), true);
         }
         if n == 0 && self.shared.overflowed.load(Ordering::SeqCst) {
             return Err(Error::CqOverflow);
         }
         Ok(n)
+    }
+
+    /// After a poll on a device with inline progress: gives the CPU away when this thread's
+    /// polling is idle and the CPU is wanted elsewhere ([`super::pacer`]).
+    fn pace(&self, pass: super::device::Pass, got: bool) {
+        if !self.device.shared.poll_yield || !self.device.inline_progress() {
+            return;
+        }
+        PACER.with(|c| {
+            let mut p = c.get();
+            if p.polled(Instant::now(), !got && !pass.work) {
+                let start = Instant::now();
+                std::thread::yield_now();
+                p.yielded(start, Instant::now());
+            }
+            c.set(p);
+        });
     }
 
     /// Moves up to `out.len()` queued completions into `out`.
@@ -204,8 +229,14 @@ impl CompletionQueue {
     /// Takes one completion, if any (with inline progress as [`CompletionQueue::poll`]).
     pub fn poll_one(&self) -> Result<Option<WorkCompletion>> {
         let mut wc = self.shared.queue.read().pop();
-        if wc.is_none() && self.device.progress_inline(true) {
-            wc = self.shared.queue.read().pop();
+        if wc.is_none() {
+            let pass = self.device.progress_inline(true);
+            if pass.ran {
+                wc = self.shared.queue.read().pop();
+            }
+            self.pace(pass, wc.is_some());
+        } else {
+            self.pace(Default::default(), true);
         }
         match wc {
             Some(wc) => Ok(Some(wc)),
@@ -327,4 +358,9 @@ impl AsRawFd for CompletionQueue {
     fn as_raw_fd(&self) -> RawFd {
         self.shared.notify_rx.as_raw_fd()
     }
+}
+
+thread_local! {
+    /// This thread's polling history, for [`CompletionQueue::pace`].
+    static PACER: std::cell::Cell<super::pacer::Pacer> = const { std::cell::Cell::new(super::pacer::Pacer::new()) };
 }

@@ -86,6 +86,13 @@ pub struct DeviceConfig {
     /// without the target's application), and it sleeps rather than spin while an
     /// application polls. Off, every packet goes through the engine thread.
     pub inline_progress: bool,
+    /// With inline progress, an application thread whose CQ polls find nothing gives its
+    /// CPU away (`sched_yield`) when the CPU is contended or after 50 µs of polling in vain
+    /// ([`super::pacer`]), so that the threads that must do the work it waits for — the
+    /// peer's engine on the same host, another process — are not kept waiting for the end of
+    /// its time slice. On by default; `SOFTROCE_POLL_YIELD=0` turns it off for every device
+    /// the process opens.
+    pub poll_yield: bool,
     /// Progress engine threads (1 by default; `SOFTROCE_ENGINE_THREADS` sets the default for
     /// every device the process opens). With `n > 1` the device runs `n` engines, each a
     /// thread with its own QPs and its own UDP socket on `<address>:<port>` (`SO_REUSEPORT`);
@@ -147,6 +154,7 @@ impl DeviceConfig {
             gso: true,
             ecn: false,
             inline_progress: default_inline_progress(),
+            poll_yield: std::env::var("SOFTROCE_POLL_YIELD").as_deref() != Ok("0"),
             engine_threads: default_engine_threads(),
             share: default_share(),
             faults: crate::faults::default_spec(),
@@ -431,6 +439,8 @@ pub(crate) struct DeviceShared {
     /// [`DeviceConfig::spin`]: also how long [`super::CompletionQueue::wait`] polls before
     /// it sleeps.
     pub spin: std::time::Duration,
+    /// [`DeviceConfig::poll_yield`].
+    pub poll_yield: bool,
     /// The device's part of a shared address ([`DeviceConfig::share`]); `None`: unshared.
     pub share: Option<Arc<super::share::Share>>,
     /// QP numbers in use (a member of a shared address has 2^18 of them and reuses them).
@@ -543,11 +553,26 @@ impl DeviceShared {
     }
 }
 
+/// What a turn of inline progress did ([`Device::progress_inline`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Pass {
+    /// The calling thread got an engine's state and ran a turn.
+    pub ran: bool,
+    /// The turn moved something: a packet read, a work request taken, a packet sent.
+    pub work: bool,
+}
+
+impl std::ops::BitOr for Pass {
+    type Output = Pass;
+    fn bitor(self, o: Pass) -> Pass {
+        Pass { ran: self.ran | o.ran, work: self.work | o.work }
+    }
+}
+
 /// One turn of inline progress on an engine's state, unless another thread holds it.
-fn progress_on(core: &Mutex<super::engine::Core>, recv: bool) -> bool {
-    let Some(mut c) = core.try_lock() else { return false };
-    c.progress_inline(recv);
-    true
+fn progress_on(core: &Mutex<super::engine::Core>, recv: bool) -> Pass {
+    let Some(mut c) = core.try_lock() else { return Pass::default() };
+    Pass { ran: true, work: c.progress_inline(recv) }
 }
 
 struct EngineHandle {
@@ -1015,6 +1040,7 @@ impl Device {
             rdma_cm: Mutex::new(Default::default()),
             epoch: std::time::Instant::now(),
             spin: cfg.spin,
+            poll_yield: cfg.poll_yield,
             share: joining.as_ref().map(|j| j.share.clone()),
             qpns: Mutex::new(std::collections::HashSet::new()),
             faults,
@@ -1052,17 +1078,17 @@ impl Device {
     /// Inline progress from an application thread (see [`DeviceConfig::inline_progress`]):
     /// if no other thread is making progress on the device right now, moves what has arrived
     /// (when `recv`), what was posted and what is to send, and publishes the completions.
-    /// Returns whether it ran; `false` at once when the device has inline progress off or
-    /// another thread holds the engine's state.
+    /// Returns whether it ran and whether it moved anything; not run at once when the device
+    /// has inline progress off or another thread holds the engine's state.
     /// With several engines, each engine not busy on another thread takes a turn.
-    pub(crate) fn progress_inline(&self, recv: bool) -> bool {
-        self._engine.cores.iter().fold(false, |ran, core| progress_on(core, recv) | ran)
+    pub(crate) fn progress_inline(&self, recv: bool) -> Pass {
+        self._engine.cores.iter().fold(Pass::default(), |p, core| progress_on(core, recv) | p)
     }
 
     /// Inline progress on the engine that owns QP `qpn` only (see
     /// [`Device::progress_inline`]).
     pub(crate) fn progress_inline_for(&self, qpn: u32, recv: bool) -> bool {
-        self._engine.cores.get(self.shared.engine_of(qpn)).is_some_and(|core| progress_on(core, recv))
+        self._engine.cores.get(self.shared.engine_of(qpn)).is_some_and(|core| progress_on(core, recv).ran)
     }
 
     /// Whether application threads that poll this device's CQs or post to its QPs make

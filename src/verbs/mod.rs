@@ -136,6 +136,7 @@ mod flood;
 pub mod gid;
 pub mod mr;
 pub mod mw;
+pub mod pacer;
 pub mod pd;
 pub mod qp;
 pub mod rundir;
