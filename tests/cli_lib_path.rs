@@ -34,7 +34,19 @@ fn lib_path_without_a_library_says_how_to_build_it() {
     std::fs::create_dir_all(&dir).unwrap();
     let copy = dir.join("softroce");
     std::fs::copy(env!("CARGO_BIN_EXE_softroce"), &copy).unwrap();
-    let o = Command::new(&copy).arg("lib-path").output().unwrap();
+    // A fork on another test's thread while the copy was open for writing holds a writable
+    // descriptor of it in the child until that child execs: exec then fails with ETXTBSY for a
+    // moment (the known race of copying and running a binary in a threaded process).
+    let mut tries = 0;
+    let o = loop {
+        match Command::new(&copy).arg("lib-path").output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => break r.unwrap(),
+        }
+    };
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(o.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&o.stderr).contains("cargo build --release"));
