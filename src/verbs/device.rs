@@ -91,8 +91,7 @@ pub struct DeviceConfig {
     /// ([`super::pacer`]), so that the threads that must do the work it waits for — the
     /// peer's engine on the same host, another process — are not kept waiting for the end of
     /// its time slice. On by default; `SOFTROCE_POLL_YIELD=0` turns it off for every device
-    /// the process opens. (The drop-in `libibverbs.so.1` keeps its own yield policy and turns
-    /// this on only with `SOFTROCE_POLL_YIELD=1`.)
+    /// the process opens.
     pub poll_yield: bool,
     /// Progress engine threads (1 by default; `SOFTROCE_ENGINE_THREADS` sets the default for
     /// every device the process opens). With `n > 1` the device runs `n` engines, each a

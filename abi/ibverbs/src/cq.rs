@@ -502,9 +502,9 @@ thread_local! {
 /// thread does the work); with it, every 16th empty poll in a row (some 20-30 µs of polling),
 /// so that this thread mostly polls — it moves the packets itself — but an engine thread that
 /// needs this CPU (for a reply that only it can produce, such as the peer's WRITE into memory
-/// the application polls directly) still gets it on a machine with few cores. (The Rust API's
-/// pacer, `softroce::verbs::pacer`, is off in the drop-in library unless
-/// `SOFTROCE_POLL_YIELD=1`: see `runtime::config`.)
+/// the application polls directly) still gets it on a machine with few cores. (Beneath this,
+/// `CompletionQueue::poll` yields too when the thread's polling is idle and its CPU contended:
+/// `softroce::verbs::pacer`.)
 fn yield_due(cq: &softroce::verbs::CompletionQueue) -> bool {
     if !cq.device().inline_progress() {
         return true;

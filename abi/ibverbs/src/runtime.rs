@@ -240,12 +240,6 @@ fn config(spec: &DeviceSpec, address: &str, name: &str) -> DeviceConfig {
         cfg = cfg.with_backend(BackendKind::Raw);
     }
     cfg.name = Some(name.to_string());
-    // The drop-in library keeps its own yield policy for `ibv_poll_cq` (`cq::yield_due`),
-    // tuned against perftest and the middleware; the Rust API's pacer
-    // (`softroce::verbs::pacer`) runs beneath it only when `SOFTROCE_POLL_YIELD=1` asks. (With
-    // both on, CI twice saw a non-blocking `rconnect` after a burst of rsocket traffic fail
-    // with EINVAL, not reproduced alone: see docs/performance.md.)
-    cfg.poll_yield = std::env::var("SOFTROCE_POLL_YIELD").as_deref() == Ok("1");
     cfg
 }
 
