@@ -201,7 +201,9 @@ impl CompletionQueue {
         }
         PACER.with(|c| {
             let mut p = c.get();
-            if p.polled(Instant::now(), !got && !pass.work) {
+            if got || pass.work {
+                p.busy();
+            } else if p.polled(Instant::now(), true) {
                 let start = Instant::now();
                 std::thread::yield_now();
                 p.yielded(start, Instant::now());

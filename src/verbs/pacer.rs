@@ -40,7 +40,7 @@ pub const IDLE_YIELD_AFTER: Duration = Duration::from_micros(50);
 /// One polling thread's recent history.
 #[derive(Debug, Clone, Copy)]
 pub struct Pacer {
-    /// When the last poll ended.
+    /// When the last idle poll (or the yield after it) ended.
     last: Option<Instant>,
     /// Since when every poll has been idle (`None`: the last one was not).
     idle_since: Option<Instant>,
@@ -64,12 +64,12 @@ impl Pacer {
     /// Returns whether the thread should yield its CPU now (then report the yield with
     /// [`Pacer::yielded`]).
     pub fn polled(&mut self, now: Instant, idle: bool) -> bool {
-        let gap = self.last.map(|l| now.saturating_duration_since(l));
-        self.last = Some(now);
         if !idle {
-            self.idle_since = None;
+            self.busy();
             return false;
         }
+        let gap = self.last.map(|l| now.saturating_duration_since(l));
+        self.last = Some(now);
         // Kept off the CPU between two idle polls (nothing of the application's own ran in
         // between: it was spinning on this CQ).
         if self.idle_since.is_some() && gap.is_some_and(|g| g >= CONTENDED_GAP) {
@@ -77,6 +77,14 @@ impl Pacer {
         }
         let since = *self.idle_since.get_or_insert(now);
         self.contended(now) || now.saturating_duration_since(since) >= IDLE_YIELD_AFTER
+    }
+
+    /// A poll that found a completion or moved something. It needs no clock: the gap before
+    /// the next poll is the application's own work, which [`Pacer::polled`] never counts as
+    /// contention (only a gap between two idle polls does), so a busy poll costs no time
+    /// reading on the hot path.
+    pub fn busy(&mut self) {
+        self.idle_since = None;
     }
 
     /// A yield that began at `start` returned at `now`.
