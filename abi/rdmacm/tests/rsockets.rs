@@ -61,6 +61,19 @@ fn stream_pair(prog: &str, opts: &[&str], size: &str) -> (String, String) {
     (s, c)
 }
 
+/// Builds tests/c/`name`.c and runs it on a fresh address (its arguments: the address and a
+/// port), with why an rconnect failed on its stderr should one (`RUST_LOG`: the CM folds
+/// several causes into EINVAL): whether it succeeded, its output; `None` without the headers.
+fn one_process(name: &str) -> Option<(bool, String)> {
+    let (dir, exe) = build_c(name, RDMA_LIBS)?;
+    let ip = addr();
+    let env = [("RUST_LOG", "softroce::rsocket=debug")];
+    let r =
+        finish(spawn_env(&dir, &ip, &env, exe.to_str().unwrap(), &[&ip, &port()]), Duration::from_secs(60));
+    let _ = std::fs::remove_dir_all(&dir);
+    Some(r)
+}
+
 /// Sizes from one byte to rstream's largest (1 MiB), each `-C 10 -I 2` (ten transfers per
 /// iteration, each iteration both ways) with `-T v` (every byte checked).
 const SIZES: &[&str] = &["1", "4000", "65536", "1048576"];
@@ -122,10 +135,7 @@ fn riostream_modes() {
 /// the peer's close, riomap/riowrite, non-blocking rconnect).
 #[test]
 fn rsocket_api_semantics() {
-    let Some((dir, exe)) = build_c("rsapi", RDMA_LIBS) else { return };
-    let ip = addr();
-    let (ok, out) = finish(spawn(&dir, &ip, exe.to_str().unwrap(), &[&ip, &port()]), Duration::from_secs(60));
-    let _ = std::fs::remove_dir_all(&dir);
+    let Some((ok, out)) = one_process("rsapi") else { return };
     assert!(ok, "{out}");
     assert!(out.contains("ok nonblocking-connect"), "{out}");
 }
@@ -151,10 +161,7 @@ fn idle_reader_keepalive_finds_killed_peer() {
 /// garbage fails with ENOTSUP.
 #[test]
 fn garbage_private_data() {
-    let Some((dir, exe)) = build_c("rsbad", RDMA_LIBS) else { return };
-    let ip = addr();
-    let (ok, out) = finish(spawn(&dir, &ip, exe.to_str().unwrap(), &[&ip, &port()]), Duration::from_secs(60));
-    let _ = std::fs::remove_dir_all(&dir);
+    let Some((ok, out)) = one_process("rsbad") else { return };
     assert!(ok, "{out}");
     assert!(out.contains("ok garbage-answer-fails"), "{out}");
 }
@@ -493,10 +500,7 @@ fn udpong_modes() {
 /// EAGAIN, EMSGSIZE, EINVAL, EDESTADDRREQ, garbage on the UDP port ignored).
 #[test]
 fn datagram_semantics() {
-    let Some((dir, exe)) = build_c("rsdgram", RDMA_LIBS) else { return };
-    let ip = addr();
-    let (ok, out) = finish(spawn(&dir, &ip, exe.to_str().unwrap(), &[&ip, &port()]), Duration::from_secs(60));
-    let _ = std::fs::remove_dir_all(&dir);
+    let Some((ok, out)) = one_process("rsdgram") else { return };
     assert!(ok, "{out}");
     assert!(out.contains("ok close"), "{out}");
 }
@@ -534,10 +538,7 @@ fn preload_udp_program() {
 /// blocked rsend returns within 10 s (what it wrote, or ECONNRESET).
 #[test]
 fn peer_stops_granting_credits() {
-    let Some((dir, exe)) = build_c("rscredit", RDMA_LIBS) else { return };
-    let ip = addr();
-    let (ok, out) = finish(spawn(&dir, &ip, exe.to_str().unwrap(), &[&ip, &port()]), Duration::from_secs(60));
-    let _ = std::fs::remove_dir_all(&dir);
+    let Some((ok, out)) = one_process("rscredit") else { return };
     assert!(ok, "{out}");
     assert!(out.contains("ok peer-gone"), "{out}");
 }

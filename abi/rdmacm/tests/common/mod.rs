@@ -265,13 +265,16 @@ fn pair_once(
     let cargs = client(&sip);
     let sa: Vec<&str> = sargs.iter().map(String::as_str).collect();
     let ca: Vec<&str> = cargs.iter().map(String::as_str).collect();
-    let mut srv = spawn(&dir, &sip, prog, &sa);
+    // (rsockets say why an rconnect failed, should one: the CM folds several causes into one
+    // errno.)
+    let env = [("RUST_LOG", "softroce::rsocket=debug")];
+    let mut srv = spawn_env(&dir, &sip, &env, prog, &sa);
     let t = Instant::now();
     while !roce_bound(&sip) && t.elapsed() < Duration::from_secs(10) && srv.try_wait().unwrap().is_none() {
         std::thread::sleep(Duration::from_millis(10));
     }
     std::thread::sleep(Duration::from_millis(100));
-    let (cok, cout) = finish_or(spawn(&dir, &cip, prog, &ca), limit, || wire(&sip, &cip));
+    let (cok, cout) = finish_or(spawn_env(&dir, &cip, &env, prog, &ca), limit, || wire(&sip, &cip));
     let (sok, sout) = if cok {
         finish(srv, Duration::from_secs(10))
     } else {

@@ -182,7 +182,10 @@ impl Endpoint {
             sq_inline: o.sq_inline.min(max_inline),
             target_iomap_size: o.iomap_size,
         };
-        let v = |e: softroce::verbs::Error| crate::util::errno_of(&e);
+        let v = |e: softroce::verbs::Error| {
+            tracing::debug!(target: "softroce::rsocket", error = %e, "no rsocket endpoint");
+            crate::util::errno_of(&e)
+        };
         let pd = dev.alloc_pd().map_err(v)?;
         let cq = dev.create_cq(usize::from(sq) + usize::from(rq)).map_err(v)?;
         // The QP can always carry a credit update or an iomap entry inline, whatever
@@ -194,7 +197,10 @@ impl Endpoint {
             .max_recv_sge(1)
             .max_inline_data(cfg.sq_inline.max(proto::IOMAP_LEN as u32).min(max_inline))
             .signal_all();
-        id.create_qp(Some(&pd), &init).map_err(|e| e.errno())?;
+        id.create_qp(Some(&pd), &init).map_err(|e| {
+            tracing::debug!(target: "softroce::rsocket", error = %e, "no rsocket QP");
+            e.errno()
+        })?;
         let remote = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
         let sbuf = pd.alloc_mr(cfg.sbuf_size as usize, Access::LOCAL_WRITE).map_err(v)?;
         let rbuf = pd.alloc_mr(cfg.rbuf_size as usize, remote).map_err(v)?;
@@ -440,15 +446,23 @@ impl StreamSock {
     }
 
     fn try_start_connect(&mut self, dst: SocketAddr) -> Result<(), Errno> {
+        // Each step says why it failed (RUST_LOG=softroce::rsocket=debug): the CM folds
+        // several causes into one errno.
+        let why = |step: &'static str| {
+            move |e: softroce::verbs::cm::Error| {
+                tracing::debug!(target: "softroce::rsocket", %dst, step, error = %e, "rconnect failed");
+                e.errno()
+            }
+        };
         let id = self.id.as_mut().ok_or(libc::EBADF)?;
         if id.device().is_none() {
             // As rdma_resolve_addr without a source: every listed device is up.
             crate::rdmacm::start_all();
         }
-        id.resolve_addr(None, dst, Duration::from_secs(2)).map_err(|e| e.errno())?;
+        id.resolve_addr(None, dst, Duration::from_secs(2)).map_err(why("resolve_addr"))?;
         self.expect_event(CmEventType::AddrResolved)?;
         let id = self.id.as_mut().ok_or(libc::EBADF)?;
-        id.resolve_route(Duration::from_secs(2)).map_err(|e| e.errno())?;
+        id.resolve_route(Duration::from_secs(2)).map_err(why("resolve_route"))?;
         self.expect_event(CmEventType::RouteResolved)?;
         let id = self.id.as_mut().ok_or(libc::EBADF)?;
         let ep = Endpoint::create(id, &self.opts)?;
@@ -462,7 +476,7 @@ impl StreamSock {
             ..Default::default()
         };
         self.ep = Some(ep);
-        id.connect(Some(&param)).map_err(|e| e.errno())?;
+        id.connect(Some(&param)).map_err(why("connect"))?;
         self.phase = Phase::Connecting;
         Ok(())
     }
@@ -470,11 +484,18 @@ impl StreamSock {
     /// Takes the event a resolution step queued at once.
     fn expect_event(&mut self, want: CmEventType) -> Result<(), Errno> {
         loop {
-            let ev = self.chan.try_get_event().map_err(|e| e.errno())?.ok_or(libc::EINVAL)?;
+            let ev = self.chan.try_get_event().map_err(|e| e.errno())?.ok_or_else(|| {
+                tracing::debug!(target: "softroce::rsocket", ?want, "rconnect: the event is not there");
+                libc::EINVAL
+            })?;
             if ev.event_type() == want {
+                if ev.status() != 0 {
+                    tracing::debug!(target: "softroce::rsocket", ?want, status = ev.status(), "rconnect failed");
+                }
                 return if ev.status() == 0 { Ok(()) } else { Err(ev.status().abs()) };
             }
             if ev.status() != 0 {
+                tracing::debug!(target: "softroce::rsocket", ?want, got = ?ev.event_type(), status = ev.status(), "rconnect failed");
                 return Err(ev.status().abs());
             }
         }
