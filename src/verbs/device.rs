@@ -457,6 +457,10 @@ pub(crate) type CmSink = dyn FnMut(&mut crate::transport::cm::CmEndpoint, crate:
 /// busy polling and sleeps instead of spinning beside it.
 const INLINE_BUSY_NS: u64 = 1_000_000;
 
+/// How long [`Device::open`] waits for this process's engine on the same address to finish
+/// closing (see [`closing`]); past it, the open goes ahead as before.
+const CLOSE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl DeviceShared {
     /// Raises an asynchronous event: to the hook if one is set, else to the queue.
     pub(crate) fn raise(&self, ev: AsyncEvent) {
@@ -580,10 +584,64 @@ struct EngineHandle {
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// The engines' state, by index, for application threads' inline progress (empty: off).
     cores: Vec<Arc<Mutex<super::engine::Core>>>,
+    /// The addresses and UDP port the engines bind (see [`closing`]).
+    bound: Vec<(IpAddr, u16)>,
+}
+
+/// The addresses whose engines this process is closing. A device opened on one of them in
+/// that moment (a thread opening a context as another closes the last one) waits until the
+/// close has ended instead of finding the closing engine's sockets still there: with a shared
+/// address it would join the closing device's group as a second member of its own process, and
+/// then, as the first leaves, steer the group anew while its own engines were not yet
+/// running to answer the probes (naps and probe rounds of up to hundreds of milliseconds,
+/// holding up every open after it).
+mod closing {
+    use std::net::IpAddr;
+    use std::time::{Duration, Instant};
+
+    use parking_lot::{Condvar, Mutex};
+
+    static CLOSING: Mutex<Vec<(IpAddr, u16)>> = Mutex::new(Vec::new());
+    static ENDED: Condvar = Condvar::new();
+
+    /// Marks `bound` as closing until the guard drops.
+    pub(super) fn begin(bound: &[(IpAddr, u16)]) -> Guard<'_> {
+        CLOSING.lock().extend_from_slice(bound);
+        Guard(bound)
+    }
+
+    pub(super) struct Guard<'a>(&'a [(IpAddr, u16)]);
+
+    impl Drop for Guard<'_> {
+        fn drop(&mut self) {
+            let mut c = CLOSING.lock();
+            for b in self.0 {
+                if let Some(i) = c.iter().position(|x| x == b) {
+                    c.swap_remove(i);
+                }
+            }
+            drop(c);
+            ENDED.notify_all();
+        }
+    }
+
+    /// Waits (at most `patience`) until no engine of this process bound to one of `ips` at
+    /// `port` is closing.
+    pub(super) fn wait(ips: &[IpAddr], port: u16, patience: Duration) {
+        let until = Instant::now() + patience;
+        let mut c = CLOSING.lock();
+        while c.iter().any(|(ip, p)| *p == port && ips.contains(ip)) {
+            if ENDED.wait_until(&mut c, until).timed_out() {
+                return;
+            }
+        }
+    }
 }
 
 impl Drop for EngineHandle {
     fn drop(&mut self) {
+        let bound = std::mem::take(&mut self.bound);
+        let _closing = closing::begin(&bound);
         for link in &self.shared.engines {
             let _ = link.cmd_tx.send(Command::Shutdown);
             let _ = link.waker.wake();
@@ -911,6 +969,9 @@ impl Device {
             );
             threads = 1;
         }
+        if cfg.port != 0 && !matches!(cfg.backend, BackendKind::Memory(_)) {
+            closing::wait(&info.addresses, cfg.port, CLOSE_PATIENCE);
+        }
         // A shared address's membership, held until its engines run and it has steered.
         let mut joining: Option<super::share::Joining> = None;
         let backends: Vec<Box<dyn super::backend::Backend>> = match &cfg.backend {
@@ -1051,7 +1112,10 @@ impl Device {
             engines.push(Engine::new(shared.clone(), idx, backend, poll, cmd_rx, cfg.spin, stats.clone())?);
         }
         let cores = if cfg.inline_progress { engines.iter().map(|e| e.core()).collect() } else { Vec::new() };
-        let mut handle = EngineHandle { shared: shared.clone(), threads: Mutex::new(Vec::new()), cores };
+        let bound =
+            if cfg.port == 0 { Vec::new() } else { info.addresses.iter().map(|a| (*a, cfg.port)).collect() };
+        let mut handle =
+            EngineHandle { shared: shared.clone(), threads: Mutex::new(Vec::new()), cores, bound };
         let n = engines.len();
         for (idx, engine) in engines.into_iter().enumerate() {
             let name = if n == 1 { format!("softroce-{ip}") } else { format!("softroce-{ip}/{idx}") };

@@ -157,6 +157,8 @@ pub(crate) struct Share {
     listens: RwLock<HashMap<u64, Vec<Listen>>>,
     /// The engine-side I/O (taken by engine 0; `None` once the device closes).
     io: Mutex<Option<ShareIo>>,
+    /// Set when the device closes: a probe round still running stops.
+    closed: AtomicBool,
     probing: AtomicBool,
     /// When the last probe round was asked for (ns since `epoch`).
     last_reprobe: AtomicU64,
@@ -350,6 +352,7 @@ impl Share {
             addrs: shared_addrs,
             listens: RwLock::new(HashMap::new()),
             io: Mutex::new(Some(io)),
+            closed: AtomicBool::new(false),
             probing: AtomicBool::new(false),
             last_reprobe: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -631,8 +634,13 @@ impl Share {
         let me = self.clone();
         let spawned = std::thread::Builder::new().name("softroce-share".into()).spawn(move || {
             for i in 0..me.addrs.len() {
+                if me.is_closed() {
+                    break;
+                }
                 let r = unix::NameLock::acquire(&me.name(i, "lock"), LOCK_PATIENCE).and_then(|_lock| me.steer(i));
-                if let Err(e) = r {
+                if let Err(e) = r
+                    && !me.is_closed()
+                {
                     tracing::warn!(addr = %me.addrs[i].sa, "softroce: could not renew the shared address's steering: {e}");
                 }
             }
@@ -641,6 +649,13 @@ impl Share {
         if spawned.is_err() {
             self.probing.store(false, Ordering::SeqCst);
         }
+    }
+
+    /// Whether the device has closed (its probe rounds stop: nobody would use their answer,
+    /// and a round holds the address's membership lock, which the next device to open there
+    /// waits for).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
     }
 
     /// Probes address `i`'s group and attaches the program for what it found (the caller
@@ -706,6 +721,7 @@ impl Share {
     /// Closes the member's sockets (its engines have stopped and closed theirs): the other
     /// members see it go.
     pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
         let io = self.io.lock().take();
         if let Some(io) = io {
             // Its group sockets first: the connections' end tells the others it has left.

@@ -89,7 +89,11 @@ pub(crate) fn discover(share: &Share, i: usize) -> io::Result<SocketMap> {
     sock.set_read_timeout(Some(Duration::from_millis(5)))?;
     let mut n = 64usize.min(MAX_SOCKETS);
     let mut nap = Duration::from_millis(5);
+    let closed = || io::Error::new(io::ErrorKind::Interrupted, "the device closed");
     for _ in 0..8 {
+        if share.is_closed() {
+            return Err(closed());
+        }
         let nonce: [u8; 16] = std::array::from_fn(|_| crate::verbs::cm::registry::rand32() as u8);
         for i in 0..n {
             sock.send_to(&probe(i as u16, &nonce), to)?;
@@ -107,6 +111,9 @@ pub(crate) fn discover(share: &Share, i: usize) -> io::Result<SocketMap> {
                     }
                 }
                 Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    if share.is_closed() {
+                        return Err(closed());
+                    }
                     // Stop waiting once the group's end is certain.
                     if let Some(Ok(_)) = analyse(&answers) {
                         break;
