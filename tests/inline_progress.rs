@@ -217,3 +217,50 @@ fn a_receive_posted_to_an_err_qp_is_flushed_while_the_application_sleeps() {
     assert_eq!((wc.status, wc.wr_id), (WcStatus::WrFlushErr, 7), "{wc:?}");
     assert!(start.elapsed() < Duration::from_secs(2), "flushed after {:?}", start.elapsed());
 }
+
+/// An application thread that polled its CQ in vain long enough to make its device's engine
+/// quiet (`DeviceConfig::quiet_engine`: the poller reads the socket, so arriving datagrams do
+/// not wake the engine), then stops polling: the engine listens again on its own and serves
+/// the peer's one-sided operations (the target of `ib_write_lat` spins on memory after its
+/// poll), and a thread that then waits on the CQ is woken by a SEND.
+#[test]
+fn an_engine_made_quiet_by_a_poller_that_left_serves_the_peer_again() {
+    let a = open(DeviceConfig::new(loopback_ip()), true);
+    let b = open(DeviceConfig::new(loopback_ip()), true);
+    connect_with_timeout(&a, &b, 18);
+    let remote = RemoteAddr { addr: b.mr.addr() + 256, rkey: b.mr.rkey() };
+    for k in 0..20u32 {
+        // b polls in vain, then leaves (its application never calls in again this round).
+        for _ in 0..100 {
+            assert!(b.cq.poll_one().unwrap().is_none());
+        }
+        a.mr.write(0, &k.to_le_bytes()).unwrap();
+        let t = Instant::now();
+        a.qp.post_send(SendWr::new(1, SendOp::RdmaWrite(remote), &[a.mr.sge(0, 4)])).unwrap();
+        a.qp.post_send(SendWr::new(2, SendOp::RdmaRead(remote), &[a.mr.sge(512, 4)])).unwrap();
+        for want in [1, 2] {
+            let wc = spin_one(&a.cq);
+            assert_eq!((wc.wr_id, wc.status), (want, WcStatus::Success), "round {k}");
+        }
+        // (Well before the first retransmission at about 1 s: the engine listened again
+        // after at most a millisecond, not after a retry.)
+        assert!(t.elapsed() < Duration::from_millis(500), "round {k}: {:?}", t.elapsed());
+        let mut got = [0u8; 4];
+        a.mr.read(512, &mut got).unwrap();
+        assert_eq!(u32::from_le_bytes(got), k);
+    }
+    // b polls in vain, then sleeps on the CQ: a SEND wakes it.
+    for _ in 0..100 {
+        assert!(b.cq.poll_one().unwrap().is_none());
+    }
+    b.qp.post_recv(RecvWr::new(7, &[b.mr.sge(0, 64)])).unwrap();
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        a.qp.post_send(SendWr::new(3, SendOp::Send, &[a.mr.sge(0, 4)])).unwrap();
+        assert_eq!(spin_one(&a.cq).status, WcStatus::Success);
+        a
+    });
+    let wc = b.cq.poll_one_wait(Duration::from_secs(10)).unwrap().expect("the SEND woke the waiter");
+    assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success));
+    sender.join().unwrap();
+}

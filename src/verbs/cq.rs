@@ -183,9 +183,9 @@ impl CompletionQueue {
             if pass.ran {
                 n = self.take(out);
             }
-            self.pace(pass, n > 0);
+            self.pace(pass, n > 0, poller_stays(&out[..n]));
         } else if n > 0 {
-            self.pace(Default::default(), true);
+            self.pace(Default::default(), true, poller_stays(&out[..n]));
         }
         if n == 0 && self.shared.overflowed.load(Ordering::SeqCst) {
             return Err(Error::CqOverflow);
@@ -195,8 +195,36 @@ impl CompletionQueue {
 
     /// After a poll on a device with inline progress: gives the CPU away when this thread's
     /// polling is idle and the CPU is wanted elsewhere ([`super::pacer`]).
-    fn pace(&self, pass: super::device::Pass, got: bool) {
-        if !self.device.shared.poll_yield || !self.device.inline_progress() {
+    fn pace(&self, pass: super::device::Pass, got: bool, stays: bool) {
+        if !self.device.inline_progress() {
+            return;
+        }
+        // Quiet engines ([`super::DeviceConfig::quiet_engine`]): after a few polls that ran a
+        // pass and found nothing, this thread reads the sockets and the engines need not be
+        // woken by each datagram; a completion found makes them listen again (the thread may
+        // now leave for something else: spin on memory, sleep). After completions the thread
+        // usually answers or polls on ([`poller_stays`]), its next send does it, once its
+        // packet has left (a request answered at once does not wait for it; see
+        // [`hear_after_send`]), unless it polls again first.
+        EMPTY_POLLS.with(|e| {
+            if got {
+                e.set(0);
+                if stays {
+                    HEAR_AFTER_SEND.set(true);
+                } else {
+                    HEAR_AFTER_SEND.set(false);
+                    self.device.hear_engines();
+                }
+            } else if pass.ran && !pass.work {
+                HEAR_AFTER_SEND.set(false);
+                let n = e.get().saturating_add(1);
+                e.set(n);
+                if n >= QUIET_AFTER {
+                    self.device.quiet_engines();
+                }
+            }
+        });
+        if !self.device.shared.poll_yield {
             return;
         }
         PACER.with(|c| {
@@ -236,9 +264,13 @@ impl CompletionQueue {
             if pass.ran {
                 wc = self.shared.queue.read().pop();
             }
-            self.pace(pass, wc.is_some());
+            self.pace(pass, wc.is_some(), wc.as_ref().is_some_and(|w| poller_stays(std::slice::from_ref(w))));
         } else {
-            self.pace(Default::default(), true);
+            self.pace(
+                Default::default(),
+                true,
+                wc.as_ref().is_some_and(|w| poller_stays(std::slice::from_ref(w))),
+            );
         }
         match wc {
             Some(wc) => Ok(Some(wc)),
@@ -250,6 +282,9 @@ impl CompletionQueue {
     /// `ibv_req_notify_cq(cq, 0)`: the descriptor becomes readable at the next completion
     /// (at once if the CQ holds one already).
     pub fn req_notify(&self) {
+        // The caller is about to sleep on the channel rather than poll: the engines must
+        // hear the packets that will make the completion.
+        self.device.hear_engines();
         self.shared.armed.store(ARMED_NEXT, Ordering::SeqCst);
         if !self.shared.queue.read().is_empty() {
             self.shared.notify();
@@ -262,6 +297,7 @@ impl CompletionQueue {
     /// (as rxe; unsolicited completions and send completions do not wake it). A later
     /// [`CompletionQueue::req_notify`] widens the arm to any completion.
     pub fn req_notify_solicited(&self) {
+        self.device.hear_engines();
         self.shared.solicited_seen.store(false, Ordering::SeqCst);
         // Never narrow an arm for any completion to solicited ones (the IB rule).
         let _ =
@@ -314,6 +350,7 @@ impl CompletionQueue {
             if !self.shared.queue.read().is_empty() {
                 return Ok(true);
             }
+            // (req_notify made quiet engines listen: this thread will not read the sockets.)
             // One system call to sleep (the descriptor's mode and timeout are left alone),
             // one to take the notification once it came.
             let mut pfd =
@@ -362,7 +399,46 @@ impl AsRawFd for CompletionQueue {
     }
 }
 
+/// Polls in a row that ran a pass of inline progress and found nothing after which the
+/// engines go quiet ([`CompletionQueue::pace`]).
+const QUIET_AFTER: u32 = 4;
+
+/// Whether the completions are all of kinds after which an application goes on posting or
+/// polling — receives, SENDs (a two-sided exchange waits for its answer on a CQ), READs and
+/// atomics (their data is there) — rather than leave to wait elsewhere, as after an RDMA
+/// WRITE (the one-sided pattern: wait on memory for the peer's WRITE).
+fn poller_stays(wcs: &[WorkCompletion]) -> bool {
+    !wcs.is_empty()
+        && wcs.iter().all(|w| {
+            matches!(
+                w.opcode,
+                WcOpcode::Recv
+                    | WcOpcode::RecvRdmaWithImm
+                    | WcOpcode::Send
+                    | WcOpcode::RdmaRead
+                    | WcOpcode::CompSwap
+                    | WcOpcode::FetchAdd
+            )
+        })
+}
+
+/// After a send posted by this thread left: quiet engines listen again if this thread's last
+/// poll found completions after which it stays ([`poller_stays`]; see
+/// [`CompletionQueue::pace`]). An application that then neither sends nor polls is heard again
+/// by the engine itself after
+/// [`super::engine::QUIET_LIMIT`].
+pub(crate) fn hear_after_send(device: &Device) {
+    if HEAR_AFTER_SEND.replace(false) {
+        device.hear_engines();
+    }
+}
+
 thread_local! {
+    /// This thread's last poll found completions after which it stays ([`poller_stays`]), and
+    /// it has not polled since.
+    static HEAR_AFTER_SEND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Polls in a row that ran a pass and found nothing (see [`QUIET_AFTER`]).
+    static EMPTY_POLLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     /// This thread's polling history, for [`CompletionQueue::pace`].
     static PACER: std::cell::Cell<super::pacer::Pacer> = const { std::cell::Cell::new(super::pacer::Pacer::new()) };
 }

@@ -93,6 +93,17 @@ pub struct DeviceConfig {
     /// its time slice. On by default; `SOFTROCE_POLL_YIELD=0` turns it off for every device
     /// the process opens.
     pub poll_yield: bool,
+    /// With inline progress, an application thread whose CQ polls keep finding nothing
+    /// takes the device's sockets out of the engine threads' poll sets while it reads them
+    /// itself, so that each arriving datagram does not also wake an engine thread (a context
+    /// switch, on a small machine the preemption of another spinning thread) for a packet
+    /// the poller reads. A poll that finds an RDMA WRITE's completion (the application may
+    /// now wait on memory for the peer's WRITE, which only the engine executes), the thread's
+    /// next send after other completions, a CQ armed for a notification or a wait that goes
+    /// to sleep puts them back, and an engine listens again on its own once nobody has read
+    /// its socket inline for a millisecond. On by default; `SOFTROCE_QUIET_ENGINE=0` turns it
+    /// off for every device the process opens.
+    pub quiet_engine: bool,
     /// Progress engine threads (1 by default; `SOFTROCE_ENGINE_THREADS` sets the default for
     /// every device the process opens). With `n > 1` the device runs `n` engines, each a
     /// thread with its own QPs and its own UDP socket on `<address>:<port>` (`SO_REUSEPORT`);
@@ -155,6 +166,7 @@ impl DeviceConfig {
             ecn: false,
             inline_progress: default_inline_progress(),
             poll_yield: std::env::var("SOFTROCE_POLL_YIELD").as_deref() != Ok("0"),
+            quiet_engine: std::env::var("SOFTROCE_QUIET_ENGINE").as_deref() != Ok("0"),
             engine_threads: default_engine_threads(),
             share: default_share(),
             faults: crate::faults::default_spec(),
@@ -334,6 +346,13 @@ pub(crate) struct EngineLink {
     /// The deadline the sleeping engine thread will wake at (engine-clock ns; `u64::MAX`:
     /// none): an application thread that arms an earlier timer wakes it.
     pub engine_deadline: AtomicU64,
+    /// The engine's socket is out of its poll set (`Core::set_quiet`).
+    pub quiet: AtomicBool,
+    /// An application thread asked a quiet engine to listen again while its state was held.
+    pub hear: AtomicBool,
+    /// When an application thread last read this engine's socket inline (engine-clock ns;
+    /// 0: never): a quiet engine listens again [`super::engine::QUIET_LIMIT`] after it.
+    pub read_at: AtomicU64,
     /// Datagrams this engine read from its own socket.
     pub rcvd: AtomicU64,
     /// Of those, probes of a shared address's steering (answered, not a QP's).
@@ -441,6 +460,8 @@ pub(crate) struct DeviceShared {
     pub spin: std::time::Duration,
     /// [`DeviceConfig::poll_yield`].
     pub poll_yield: bool,
+    /// [`DeviceConfig::quiet_engine`].
+    pub quiet_engine: bool,
     /// The device's part of a shared address ([`DeviceConfig::share`]); `None`: unshared.
     pub share: Option<Arc<super::share::Share>>,
     /// QP numbers in use (a member of a shared address has 2^18 of them and reuses them).
@@ -1059,6 +1080,9 @@ impl Device {
                 inbox: SegQueue::new(),
                 inline_at: AtomicU64::new(0),
                 engine_deadline: AtomicU64::new(u64::MAX),
+                quiet: AtomicBool::new(false),
+                hear: AtomicBool::new(false),
+                read_at: AtomicU64::new(0),
                 rcvd: AtomicU64::new(0),
                 probes: AtomicU64::new(0),
                 snapshot: Mutex::new(DeviceCounters::default()),
@@ -1102,6 +1126,7 @@ impl Device {
             epoch: std::time::Instant::now(),
             spin: cfg.spin,
             poll_yield: cfg.poll_yield,
+            quiet_engine: cfg.quiet_engine,
             share: joining.as_ref().map(|j| j.share.clone()),
             qpns: Mutex::new(std::collections::HashSet::new()),
             faults,
@@ -1147,6 +1172,38 @@ impl Device {
     /// With several engines, each engine not busy on another thread takes a turn.
     pub(crate) fn progress_inline(&self, recv: bool) -> Pass {
         self._engine.cores.iter().fold(Pass::default(), |p, core| progress_on(core, recv) | p)
+    }
+
+    /// Makes the engines quiet (`Core::set_quiet`): an application thread polls in vain and
+    /// reads their sockets itself. An engine whose state another thread holds stays as it is.
+    pub(crate) fn quiet_engines(&self) {
+        if !self.shared.quiet_engine {
+            return;
+        }
+        for (core, link) in self._engine.cores.iter().zip(&self.shared.engines) {
+            if !link.quiet.load(Ordering::Relaxed)
+                && let Some(mut c) = core.try_lock()
+            {
+                c.set_quiet(true);
+            }
+        }
+    }
+
+    /// Makes quiet engines listen to their sockets again (see [`Device::quiet_engines`]). An
+    /// engine whose state another thread holds (it may be this thread's caller, on the
+    /// engine thread) is asked to, and woken.
+    pub(crate) fn hear_engines(&self) {
+        for (core, link) in self._engine.cores.iter().zip(&self.shared.engines) {
+            if link.quiet.load(Ordering::Relaxed) {
+                match core.try_lock() {
+                    Some(mut c) => c.set_quiet(false),
+                    None => {
+                        link.hear.store(true, Ordering::SeqCst);
+                        let _ = link.waker.wake();
+                    }
+                }
+            }
+        }
     }
 
     /// Inline progress on the engine that owns QP `qpn` only (see

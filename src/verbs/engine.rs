@@ -226,6 +226,10 @@ pub(crate) struct Core {
     st: State,
     backend: Box<dyn Backend>,
     tx: Vec<u8>,
+    /// The engine's poll registry, for [`Core::set_quiet`] from application threads.
+    registry: Option<mio::Registry>,
+    /// The backend's sockets are out of the engine's poll set (see [`Core::set_quiet`]).
+    quiet: bool,
 }
 
 pub(crate) struct Engine {
@@ -255,6 +259,10 @@ const ADMIT_BURST: Duration = Duration::from_millis(1);
 /// QPs) is made exact again after this long.
 const ADMIT_TIGHTEN: Duration = Duration::from_millis(250);
 
+/// How long a quiet engine ([`Core::set_quiet`]) stays deaf to its socket after an
+/// application thread last read it inline.
+pub(crate) const QUIET_LIMIT: Duration = Duration::from_millis(1);
+
 /// Receive batches read before due timers fire (at most 64 datagrams each).
 const MAX_BATCHES_BEFORE_TIMERS: usize = 16;
 
@@ -272,6 +280,7 @@ impl Engine {
         stats: Arc<Mutex<StatsFile>>,
     ) -> std::io::Result<Engine> {
         backend.register(poll.registry(), SOCKET)?;
+        let registry = poll.registry().try_clone().ok();
         backend.set_waker(shared.engines[idx].waker.clone());
         if idx == 0
             && let Some(fd) = shared.share.as_ref().and_then(|s| s.poll_fd())
@@ -313,6 +322,8 @@ impl Engine {
             backend,
             // Room for a full GSO batch of the largest packets.
             tx: vec![0u8; 64 * MAX_PKT],
+            registry,
+            quiet: false,
         };
         Ok(Engine { core: Arc::new(Mutex::new(core)), poll, cmd_rx, spin })
     }
@@ -340,6 +351,9 @@ impl Engine {
                 Some(w) => w,
                 None => return,
             };
+            if core.st.shared.engines[core.st.idx].hear.swap(false, Ordering::SeqCst) {
+                core.set_quiet(false);
+            }
             let now = core.now();
             core.stall.sample(now, woke);
             if shares && (woke || share_looked.elapsed() >= SHARE_LOOK) {
@@ -380,6 +394,20 @@ impl Engine {
             }
             let shared = core.st.shared.clone();
             let since = *idle_since.get_or_insert_with(Instant::now);
+            // A quiet engine listens again once no application thread has read the socket
+            // inline for QUIET_LIMIT (one that stopped polling without saying so): what
+            // arrived since is then read at once (the socket is readable).
+            let quiet_until = core.quiet.then(|| {
+                let at = shared.engines[core.st.idx].read_at.load(Ordering::Relaxed);
+                Time::from_nanos(at.saturating_add(QUIET_LIMIT.as_nanos() as u64))
+            });
+            if let Some(until) = quiet_until
+                && core.now() >= until
+            {
+                core.set_quiet(false);
+                drop(core);
+                continue;
+            }
             // While an application thread makes progress itself (it polls its CQ), the engine
             // does not spin beside it: on a small machine the spinning would take the CPU the
             // application needs.
@@ -396,7 +424,10 @@ impl Engine {
             let link = &shared.engines[idx];
             link.sleeping.store(true, Ordering::SeqCst);
             if link.posted.is_empty() && link.inbox.is_empty() && self.cmd_rx.is_empty() {
-                let deadline = core.next_deadline();
+                let deadline = match (core.next_deadline(), quiet_until) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
                 let now = core.now();
                 // Application threads that arm an earlier timer wake the engine.
                 link.engine_deadline.store(deadline.map_or(u64::MAX, |t| t.as_nanos()), Ordering::SeqCst);
@@ -620,6 +651,9 @@ impl Core {
         let shared = self.st.shared.clone();
         let link = &shared.engines[self.st.idx];
         link.inline_at.store(now.as_nanos().max(1), Ordering::Relaxed);
+        if recv {
+            link.read_at.store(now.as_nanos().max(1), Ordering::Relaxed);
+        }
         let mut work = recv && self.receive(now);
         work |= self.take_posts();
         work |= self.transmit(now);
@@ -647,6 +681,40 @@ impl Core {
             }
         }
         work
+    }
+
+    /// Takes the backend's sockets out of the engine thread's poll set (`quiet`) or puts them
+    /// back. An application thread that polls a CQ in vain makes the engine quiet: it reads
+    /// the socket itself on each poll, and every datagram would otherwise wake the engine
+    /// thread as well (on a small machine, onto the CPU of another spinning thread) for a
+    /// packet it does not get to read. A poll that finds an RDMA WRITE's completion, the next
+    /// send after other completions, a thread that arms a CQ's notification or goes to sleep
+    /// on it, and the engine itself once nobody has read the socket inline for
+    /// [`QUIET_LIMIT`] make it listen again (the rules: `CompletionQueue::pace`). A backend
+    /// that cannot do it listens on.
+    pub(crate) fn set_quiet(&mut self, quiet: bool) {
+        if quiet == self.quiet {
+            return;
+        }
+        let Some(registry) = self.registry.as_ref() else { return };
+        match self.backend.listen(registry, SOCKET, !quiet) {
+            Ok(()) => self.quiet = quiet,
+            Err(e) => {
+                tracing::debug!("engine: could not {} the socket: {e}", if quiet { "quiet" } else { "hear" })
+            }
+        }
+        let shared = self.st.shared.clone();
+        let link = &shared.engines[self.st.idx];
+        link.quiet.store(self.quiet, Ordering::Relaxed);
+        if self.quiet {
+            // The engine thread may sleep with a later deadline (or none), taken while it
+            // listened: it must wake by the time it is to listen again.
+            let until = link.read_at.load(Ordering::Relaxed).saturating_add(QUIET_LIMIT.as_nanos() as u64);
+            if link.engine_deadline.load(Ordering::SeqCst) > until {
+                link.engine_deadline.store(until, Ordering::SeqCst);
+                let _ = link.waker.wake();
+            }
+        }
     }
 
     fn next_deadline(&self) -> Option<Time> {

@@ -802,10 +802,14 @@ impl QueuePair {
             link.posted.push(qpn);
         }
         if inline && self.device.progress_inline_for(qpn, false) {
+            super::cq::hear_after_send(&self.device);
             return;
         }
         if wake {
             link.wake_if_sleeping();
+        }
+        if inline {
+            super::cq::hear_after_send(&self.device);
         }
     }
 }

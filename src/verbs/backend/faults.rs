@@ -551,6 +551,10 @@ impl Backend for FaultBackend {
         self.inner.register(registry, token)
     }
 
+    fn listen(&mut self, registry: &mio::Registry, token: mio::Token, on: bool) -> io::Result<()> {
+        self.inner.listen(registry, token, on)
+    }
+
     fn next_deadline(&self) -> Option<Instant> {
         [self.inner.next_deadline(), self.side.held_tx.next_due(), self.side.held_rx.next_due()]
             .into_iter()

@@ -69,6 +69,14 @@ pub(crate) trait Backend: Send {
     fn send(&mut self, out: Outgoing<'_>) -> io::Result<()>;
     /// Registers the backend's readable source with the engine's poll.
     fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()>;
+    /// Takes the backend's sockets out of `registry` (`on` false) or puts them back (`on`
+    /// true, as [`Backend::register`]): a quiet engine is not woken by arriving packets
+    /// while an application thread reads them itself (see the engine). Backends that wake
+    /// their engine otherwise ignore it.
+    fn listen(&mut self, registry: &mio::Registry, token: mio::Token, on: bool) -> io::Result<()> {
+        let _ = (registry, token, on);
+        Ok(())
+    }
     /// A time at which packets become available without a readiness event (in-memory links
     /// with delay).
     fn next_deadline(&self) -> Option<Instant> {

@@ -1063,6 +1063,13 @@ impl Backend for RawBackend {
         registry.register(&mut mio::unix::SourceFd(&self.fd.as_raw_fd()), token, mio::Interest::READABLE)
     }
 
+    fn listen(&mut self, registry: &mio::Registry, token: mio::Token, on: bool) -> io::Result<()> {
+        if on {
+            return self.register(registry, token);
+        }
+        registry.deregister(&mut mio::unix::SourceFd(&self.fd.as_raw_fd()))
+    }
+
     fn max_segments(&self) -> usize {
         BATCH
     }

@@ -464,6 +464,16 @@ impl Backend for UdpBackend {
         Ok(())
     }
 
+    fn listen(&mut self, registry: &mio::Registry, token: mio::Token, on: bool) -> io::Result<()> {
+        if on {
+            return self.register(registry, token);
+        }
+        for local in &mut self.locals {
+            registry.deregister(&mut local.sock)?;
+        }
+        Ok(())
+    }
+
     fn max_segments(&self) -> usize {
         match self.locals.iter().map(|l| l.state.max_gso_segments()).min() {
             Some(n) if self.gso => n.clamp(1, 64),
