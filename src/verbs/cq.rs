@@ -183,9 +183,9 @@ impl CompletionQueue {
             if pass.ran {
                 n = self.take(out);
             }
-            self.pace(pass, n > 0, poller_stays(&out[..n]));
+            self.pace(pass, &out[..n]);
         } else if n > 0 {
-            self.pace(Default::default(), true, poller_stays(&out[..n]));
+            self.pace(Default::default(), &out[..n]);
         }
         if n == 0 && self.shared.overflowed.load(Ordering::SeqCst) {
             return Err(Error::CqOverflow);
@@ -195,10 +195,12 @@ impl CompletionQueue {
 
     /// After a poll on a device with inline progress: gives the CPU away when this thread's
     /// polling is idle and the CPU is wanted elsewhere ([`super::pacer`]).
-    fn pace(&self, pass: super::device::Pass, got: bool, stays: bool) {
+    /// `found`: the completions the poll returns.
+    fn pace(&self, pass: super::device::Pass, found: &[WorkCompletion]) {
         if !self.device.inline_progress() {
             return;
         }
+        let got = !found.is_empty();
         // Quiet engines ([`super::DeviceConfig::quiet_engine`]): after a few polls that ran a
         // pass and found nothing, this thread reads the sockets and the engines need not be
         // woken by each datagram; a completion found makes them listen again (the thread may
@@ -209,7 +211,7 @@ impl CompletionQueue {
         EMPTY_POLLS.with(|e| {
             if got {
                 e.set(0);
-                if stays {
+                if poller_stays(found) {
                     HEAR_AFTER_SEND.set(true);
                 } else {
                     HEAR_AFTER_SEND.set(false);
@@ -259,19 +261,14 @@ impl CompletionQueue {
     /// Takes one completion, if any (with inline progress as [`CompletionQueue::poll`]).
     pub fn poll_one(&self) -> Result<Option<WorkCompletion>> {
         let mut wc = self.shared.queue.read().pop();
+        let mut pass = super::device::Pass::default();
         if wc.is_none() {
-            let pass = self.device.progress_inline(true);
+            pass = self.device.progress_inline(true);
             if pass.ran {
                 wc = self.shared.queue.read().pop();
             }
-            self.pace(pass, wc.is_some(), wc.as_ref().is_some_and(|w| poller_stays(std::slice::from_ref(w))));
-        } else {
-            self.pace(
-                Default::default(),
-                true,
-                wc.as_ref().is_some_and(|w| poller_stays(std::slice::from_ref(w))),
-            );
         }
+        self.pace(pass, wc.as_slice());
         match wc {
             Some(wc) => Ok(Some(wc)),
             None if self.shared.overflowed.load(Ordering::SeqCst) => Err(Error::CqOverflow),

@@ -646,12 +646,12 @@ mod closing {
         }
     }
 
-    /// Waits (at most `patience`) until no engine of this process bound to one of `ips` at
-    /// `port` is closing.
-    pub(super) fn wait(ips: &[IpAddr], port: u16, patience: Duration) {
+    /// Waits (at most `patience`) until no engine of this process bound to one of `bound` is
+    /// closing.
+    pub(super) fn wait(bound: &[(IpAddr, u16)], patience: Duration) {
         let until = Instant::now() + patience;
         let mut c = CLOSING.lock();
-        while c.iter().any(|(ip, p)| *p == port && ips.contains(ip)) {
+        while c.iter().any(|b| bound.contains(b)) {
             if ENDED.wait_until(&mut c, until).timed_out() {
                 return;
             }
@@ -990,9 +990,13 @@ impl Device {
             );
             threads = 1;
         }
-        if cfg.port != 0 && !matches!(cfg.backend, BackendKind::Memory(_)) {
-            closing::wait(&info.addresses, cfg.port, CLOSE_PATIENCE);
-        }
+        // What the engines bind, marked while they close (see [`closing`]).
+        let bound: Vec<(IpAddr, u16)> = if cfg.port == 0 || matches!(cfg.backend, BackendKind::Memory(_)) {
+            Vec::new()
+        } else {
+            info.addresses.iter().map(|a| (*a, cfg.port)).collect()
+        };
+        closing::wait(&bound, CLOSE_PATIENCE);
         // A shared address's membership, held until its engines run and it has steered.
         let mut joining: Option<super::share::Joining> = None;
         let backends: Vec<Box<dyn super::backend::Backend>> = match &cfg.backend {
@@ -1137,8 +1141,6 @@ impl Device {
             engines.push(Engine::new(shared.clone(), idx, backend, poll, cmd_rx, cfg.spin, stats.clone())?);
         }
         let cores = if cfg.inline_progress { engines.iter().map(|e| e.core()).collect() } else { Vec::new() };
-        let bound =
-            if cfg.port == 0 { Vec::new() } else { info.addresses.iter().map(|a| (*a, cfg.port)).collect() };
         let mut handle =
             EngineHandle { shared: shared.clone(), threads: Mutex::new(Vec::new()), cores, bound };
         let n = engines.len();

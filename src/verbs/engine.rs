@@ -703,8 +703,7 @@ impl Core {
                 tracing::debug!("engine: could not {} the socket: {e}", if quiet { "quiet" } else { "hear" })
             }
         }
-        let shared = self.st.shared.clone();
-        let link = &shared.engines[self.st.idx];
+        let link = &self.st.shared.engines[self.st.idx];
         link.quiet.store(self.quiet, Ordering::Relaxed);
         if self.quiet {
             // The engine thread may sleep with a later deadline (or none), taken while it

@@ -801,11 +801,8 @@ impl QueuePair {
         if !self.shared.scheduled.swap(true, Ordering::SeqCst) {
             link.posted.push(qpn);
         }
-        if inline && self.device.progress_inline_for(qpn, false) {
-            super::cq::hear_after_send(&self.device);
-            return;
-        }
-        if wake {
+        let ran = inline && self.device.progress_inline_for(qpn, false);
+        if wake && !ran {
             link.wake_if_sleeping();
         }
         if inline {

@@ -488,15 +488,12 @@ impl StreamSock {
                 tracing::debug!(target: "softroce::rsocket", ?want, "rconnect: the event is not there");
                 libc::EINVAL
             })?;
-            if ev.event_type() == want {
-                if ev.status() != 0 {
-                    tracing::debug!(target: "softroce::rsocket", ?want, status = ev.status(), "rconnect failed");
-                }
-                return if ev.status() == 0 { Ok(()) } else { Err(ev.status().abs()) };
-            }
             if ev.status() != 0 {
                 tracing::debug!(target: "softroce::rsocket", ?want, got = ?ev.event_type(), status = ev.status(), "rconnect failed");
                 return Err(ev.status().abs());
+            }
+            if ev.event_type() == want {
+                return Ok(());
             }
         }
     }
