@@ -165,11 +165,21 @@ pub fn accept(fd: c_int) -> Result<(c_int, Option<SocketAddr>), Errno> {
 /// `rconnect`.
 pub fn connect(fd: c_int, addr: SocketAddr) -> Result<(), Errno> {
     let sock = get(fd)?;
+    let nonblock = nonblocking(&sock, 0);
     {
         let mut g = sock.inner.lock();
         match &mut *g {
             Kind::Stream(s) => match s.phase {
-                Phase::Init | Phase::Bound => s.start_connect(addr)?,
+                Phase::Init | Phase::Bound => {
+                    s.start_connect(addr)?;
+                    // A non-blocking rconnect that started the connection returns EINPROGRESS
+                    // however fast the peer answers (rpoll then reports POLLOUT): librdmacm's
+                    // address resolution alone waits for a kernel event, so its first call
+                    // never finds the connection made, and programs check for EINPROGRESS.
+                    if nonblock {
+                        return Err(libc::EINPROGRESS);
+                    }
+                }
                 Phase::Connecting => {}
                 Phase::Connected => return Ok(()),
                 Phase::ConnectError => return Err(libc::ENOTCONN),
@@ -179,7 +189,6 @@ pub fn connect(fd: c_int, addr: SocketAddr) -> Result<(), Errno> {
             Kind::Closed => return Err(libc::EBADF),
         }
     }
-    let nonblock = nonblocking(&sock, 0);
     drive(&sock, nonblock, |s| match s.connect_state() {
         Ok(()) => Step::Done(Ok(())),
         Err(libc::EINPROGRESS) => Step::Wait,
