@@ -264,3 +264,69 @@ fn an_engine_made_quiet_by_a_poller_that_left_serves_the_peer_again() {
     assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success));
     sender.join().unwrap();
 }
+
+/// `a` sends message `k` to `b`, whose application thread had polled in vain (its engine is
+/// quiet) and polls on until the message is there: the ACK `b`'s poll produces is held for
+/// `b`'s next packet ([`DeviceConfig::hold_acks`]). Returns when `b` has the message.
+fn deliver_with_ack_held(a: &Side, b: &Side, k: u32) {
+    b.qp.post_recv(RecvWr::new(u64::from(k), &[b.mr.sge(0, 64)])).unwrap();
+    for _ in 0..100 {
+        assert!(b.cq.poll_one().unwrap().is_none());
+    }
+    a.mr.write(0, &k.to_le_bytes()).unwrap();
+    a.qp.post_send(SendWr::new(u64::from(k), SendOp::Send, &[a.mr.sge(0, 4)])).unwrap();
+    let wc = spin_one(&b.cq);
+    assert_eq!((wc.wr_id, wc.status, wc.opcode), (u64::from(k), WcStatus::Success, WcOpcode::Recv));
+}
+
+/// `a`'s SEND `k` completes successfully, well before its first retransmission (about a
+/// second after it was sent, with `timeout` 18): `b`'s ACK left without a retry.
+fn acked_at_once(a: &Side, k: u32) {
+    let t = Instant::now();
+    let wc = spin_one(&a.cq);
+    assert_eq!((wc.wr_id, wc.status), (u64::from(k), WcStatus::Success), "message {k}");
+    assert!(t.elapsed() < Duration::from_millis(500), "message {k}: ACKed after {:?}", t.elapsed());
+}
+
+fn holding() -> DeviceConfig {
+    DeviceConfig { quiet_engine: true, hold_acks: true, ..DeviceConfig::new(loopback_ip()) }
+}
+
+#[test]
+fn an_ack_held_for_an_answer_that_never_comes_leaves_on_its_own() {
+    let a = open(holding(), true);
+    let b = open(holding(), true);
+    connect_with_timeout(&a, &b, 18);
+    // b's application leaves after each receive: it never calls in again that round.
+    for k in 0..20 {
+        deliver_with_ack_held(&a, &b, k);
+        acked_at_once(&a, k);
+    }
+    // (Read only now: asking for counters is a call into b's device, which sends what it held.)
+    assert!(b.dev.counters().unwrap().qp.ack_held > 0, "no ACK was held: the test tested nothing");
+}
+
+#[test]
+fn an_ack_held_leaves_before_its_qp_is_destroyed_or_moved_to_error() {
+    for destroy in [true, false] {
+        let a = open(holding(), true);
+        let b = open(holding(), true);
+        connect_with_timeout(&a, &b, 18);
+        deliver_with_ack_held(&a, &b, 0);
+        let held = b.dev.counters().unwrap().qp.ack_held;
+        deliver_with_ack_held(&a, &b, 1);
+        // The application is done with the QP the moment it has the message.
+        let Side { dev, qp, .. } = b;
+        if destroy {
+            drop(qp);
+        } else {
+            qp.modify(&QpAttrs { state: Some(QpState::Err), ..Default::default() }).unwrap();
+        }
+        acked_at_once(&a, 0);
+        acked_at_once(&a, 1);
+        assert!(
+            dev.counters().unwrap().qp.ack_held > held,
+            "the last ACK was not held: the test tested nothing"
+        );
+    }
+}

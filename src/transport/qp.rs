@@ -1281,6 +1281,15 @@ impl Qp {
             || self.req.tail_probe_due
     }
 
+    /// True when all this QP has to send is one plain ACK of the responder (no request, no
+    /// retry, no READ or atomic response): an ACK that may wait for the QP's next packet.
+    pub fn only_plain_ack(&self) -> bool {
+        self.resp.only_plain_ack()
+            && (self.req.wqe_index >= self.sq.len() || self.req.wait_rnr)
+            && !self.req.need_retry
+            && !self.req.tail_probe_due
+    }
+
     /// Largest packet this QP builds: headers, a path-MTU payload, ICRC.
     pub fn max_packet_len(&self) -> usize {
         // BTH + the longest extension chain (RETH + ImmDt or DETH + ImmDt or AETH + AtomicAck)

@@ -106,6 +106,12 @@ impl RespState {
         !self.out.is_empty()
     }
 
+    /// One response queued, and it is a positive ACK.
+    pub(crate) fn only_plain_ack(&self) -> bool {
+        self.out.len() == 1
+            && matches!(self.out.front(), Some(Response::Ack { syndrome: Syndrome::Ack { .. }, .. }))
+    }
+
     fn push(&mut self, r: Response, counters: &mut super::Counters) {
         if let (
             Response::Ack { psn, syndrome: Syndrome::Ack { .. }, msn },

@@ -104,6 +104,15 @@ pub struct DeviceConfig {
     /// its socket inline for a millisecond. On by default; `SOFTROCE_QUIET_ENGINE=0` turns it
     /// off for every device the process opens.
     pub quiet_engine: bool,
+    /// With quiet engines ([`DeviceConfig::quiet_engine`]), a plain ACK that an application
+    /// thread's poll produces (the receive of a SEND it is about to answer, say) waits for
+    /// that QP's next packet and leaves with it in one system call, instead of costing one
+    /// of its own between the completion and the answer. It waits at most until the
+    /// thread's next call into the device (a poll, a post, destroying or modifying the QP,
+    /// closing the device, the process's `exit` through the drop-in library) or a quiet
+    /// engine's next turn, a millisecond at the most. On by default; `SOFTROCE_HOLD_ACKS=0`
+    /// turns it off for every device the process opens.
+    pub hold_acks: bool,
     /// Progress engine threads (1 by default; `SOFTROCE_ENGINE_THREADS` sets the default for
     /// every device the process opens). With `n > 1` the device runs `n` engines, each a
     /// thread with its own QPs and its own UDP socket on `<address>:<port>` (`SO_REUSEPORT`);
@@ -167,6 +176,7 @@ impl DeviceConfig {
             inline_progress: default_inline_progress(),
             poll_yield: std::env::var("SOFTROCE_POLL_YIELD").as_deref() != Ok("0"),
             quiet_engine: std::env::var("SOFTROCE_QUIET_ENGINE").as_deref() != Ok("0"),
+            hold_acks: std::env::var("SOFTROCE_HOLD_ACKS").as_deref() != Ok("0"),
             engine_threads: default_engine_threads(),
             share: default_share(),
             faults: crate::faults::default_spec(),
@@ -462,6 +472,8 @@ pub(crate) struct DeviceShared {
     pub poll_yield: bool,
     /// [`DeviceConfig::quiet_engine`].
     pub quiet_engine: bool,
+    /// [`DeviceConfig::hold_acks`].
+    pub hold_acks: bool,
     /// The device's part of a shared address ([`DeviceConfig::share`]); `None`: unshared.
     pub share: Option<Arc<super::share::Share>>,
     /// QP numbers in use (a member of a shared address has 2^18 of them and reuses them).
@@ -1131,6 +1143,7 @@ impl Device {
             spin: cfg.spin,
             poll_yield: cfg.poll_yield,
             quiet_engine: cfg.quiet_engine,
+            hold_acks: cfg.hold_acks,
             share: joining.as_ref().map(|j| j.share.clone()),
             qpns: Mutex::new(std::collections::HashSet::new()),
             faults,
@@ -1204,6 +1217,19 @@ impl Device {
                         let _ = link.waker.wake();
                     }
                 }
+            }
+        }
+    }
+
+    /// Sends at once the plain ACKs application threads' polls held back for their QPs'
+    /// next packets ([`DeviceConfig::hold_acks`]). Closing the device, destroying or
+    /// modifying the QP and the device's next progress do it anyway; this is for a process
+    /// that ends without any of them (the drop-in library calls it from its `exit`
+    /// handler). An engine busy for longer than a few milliseconds is left as it is.
+    pub fn flush(&self) {
+        for core in &self._engine.cores {
+            if let Some(mut c) = core.try_lock_for(std::time::Duration::from_millis(20)) {
+                c.flush_held(None);
             }
         }
     }

@@ -191,6 +191,10 @@ struct State {
     srqs: HashMap<u32, SrqSlot>,
     active: VecDeque<u32>,
     touched: Vec<u32>,
+    /// QPs whose plain ACK an inline pass held back for the QP's next packet
+    /// ([`DeviceConfig::hold_acks`](super::DeviceConfig::hold_acks)), and since when.
+    held: Vec<u32>,
+    held_at: Option<Time>,
     timers: BinaryHeap<Reverse<(Time, u32)>>,
     epoch: Instant,
     port: u16,
@@ -230,6 +234,8 @@ pub(crate) struct Core {
     registry: Option<mio::Registry>,
     /// The backend's sockets are out of the engine's poll set (see [`Core::set_quiet`]).
     quiet: bool,
+    /// The running transmit may hold plain ACKs back (an inline pass's, on a quiet engine).
+    hold: bool,
 }
 
 pub(crate) struct Engine {
@@ -306,6 +312,8 @@ impl Engine {
                 srqs: HashMap::new(),
                 active: VecDeque::new(),
                 touched: Vec::new(),
+                held: Vec::new(),
+                held_at: None,
                 timers: BinaryHeap::new(),
                 port,
                 cm,
@@ -324,6 +332,7 @@ impl Engine {
             tx: vec![0u8; 64 * MAX_PKT],
             registry,
             quiet: false,
+            hold: false,
         };
         Ok(Engine { core: Arc::new(Mutex::new(core)), poll, cmd_rx, spin })
     }
@@ -503,6 +512,8 @@ impl Engine {
                     let _ = reply.send(cqe.map_or(Ok(()), |n| cq.resize(n)));
                 }
                 Command::ModifyQp { qpn, attrs, reply } => {
+                    core.flush_held(Some(qpn));
+                    let st = &mut core.st;
                     let r = st.modify(qpn, &attrs);
                     // The caller may post the moment modify returns: publish first.
                     st.publish_one(qpn);
@@ -521,6 +532,8 @@ impl Engine {
                     let _ = reply.send(info);
                 }
                 Command::DestroyQp { qpn, reply } => {
+                    core.flush_held(Some(qpn));
+                    let st = &mut core.st;
                     if let Some(s) = st.qps.remove(&qpn) {
                         st.shared.retired_counters.lock().add(s.qp.counters());
                         // (the filter still admits it: tightened later)
@@ -656,7 +669,11 @@ impl Core {
         }
         let mut work = recv && self.receive(now);
         work |= self.take_posts();
+        // Plain ACKs may wait for their QP's next packet while the engine is quiet: it then
+        // sleeps at most until QUIET_LIMIT after this read, and sends them when it wakes.
+        self.hold = recv && self.quiet && shared.hold_acks;
         work |= self.transmit(now);
+        self.hold = false;
         self.publish();
         // A pass takes microseconds; one that took a millisecond or more was preempted, and
         // the engine thread could not move anything meanwhile: a stall for the ACK timers.
@@ -716,8 +733,23 @@ impl Core {
         }
     }
 
+    /// Sends the ACKs inline passes held back ([`Core::transmit`]), if QP `qpn` (or, with
+    /// `None`, any QP) has one.
+    pub(crate) fn flush_held(&mut self, qpn: Option<u32>) {
+        if qpn.map_or(!self.st.held.is_empty(), |q| self.st.held.contains(&q)) {
+            let now = self.now();
+            self.transmit(now);
+            self.publish();
+        }
+    }
+
     fn next_deadline(&self) -> Option<Time> {
+        let held = self.st.held_at.map(|t| t + QUIET_LIMIT);
         let timer = self.st.timers.peek().map(|Reverse((t, _))| *t);
+        let timer = match (timer, held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let backend = self
             .backend
             .next_deadline()
@@ -891,14 +923,37 @@ impl Core {
         // Whatever a packet, a post or a timer just gave a QP to send goes out in this turn,
         // before its completions are published: an application that sees the receive
         // completion of a message may exit at once, and the ACK must already be gone.
-        for &qpn in &self.st.touched {
+        // Except, on an inline pass of a quiet engine (`hold`), a QP's lone plain ACK: it
+        // waits for the QP's next packet (the answer the application is about to post) and
+        // leaves with it, at the latest in the next pass or engine turn, which sends what
+        // earlier passes held; destroying or modifying the QP, closing the device and the
+        // drop-in library's exit handler send it too ([`Core::flush_held`]).
+        let held = std::mem::take(&mut self.st.held);
+        self.st.held_at = None;
+        let mut kept = Vec::new();
+        for &qpn in held.iter().chain(&self.st.touched) {
             if let Some(slot) = self.st.qps.get_mut(&qpn)
                 && !slot.active
                 && slot.qp.wants_transmit()
             {
+                if self.hold && slot.qp.only_plain_ack() && !held.contains(&qpn) {
+                    if !kept.contains(&qpn) {
+                        kept.push(qpn);
+                    }
+                    continue;
+                }
                 slot.active = true;
                 self.st.active.push_back(qpn);
             }
+        }
+        if !kept.is_empty() {
+            for qpn in &kept {
+                if let Some(slot) = self.st.qps.get_mut(qpn) {
+                    slot.qp.counters_mut().ack_held += 1;
+                }
+            }
+            self.st.held = kept;
+            self.st.held_at = Some(now);
         }
         let Core { st, backend, tx, .. } = self;
         let shared = st.shared.clone();

@@ -102,3 +102,33 @@ fn debian_srq_pingpong() {
 fn debian_srq_pingpong_events() {
     pingpong("debian_srq_pingpong_events", "ibv_srq_pingpong", &["-n", "50", "-q", "4", "-e", "-c"], "50");
 }
+
+/// A receiver that ends with `exit()` the moment its busy poll returns the last message (no
+/// destroy, no close) still acknowledges it: the ACK its poll held back for its next packet
+/// (`DeviceConfig::hold_acks`) leaves from the library's exit handler, and the sender's SEND
+/// completes successfully instead of retrying into a process that is gone.
+#[test]
+fn a_receiver_that_exits_at_its_last_completion_acknowledges_it() {
+    if !require(
+        "exit-after-recv",
+        &[SYSTEM_LIB, "/usr/include/infiniband/verbs.h", "/usr/bin/gcc"],
+        "libibverbs-dev gcc",
+    ) {
+        return;
+    }
+    for _ in 0..3 {
+        let dir = lib_dir("exit-after-recv");
+        let exe = build_c("exit_after_recv", &dir);
+        let c = std::process::Command::new(&exe)
+            .env("LD_LIBRARY_PATH", &dir)
+            .env("SOFTROCE_DEVICES", format!("{},{}", addr(), addr()))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (ok, out) = finish(c, Duration::from_secs(20));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(ok, "{out}");
+        assert!(out.contains("send status 0\n") && out.contains("child exit 0\n"), "{out}");
+    }
+}
