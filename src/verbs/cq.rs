@@ -206,8 +206,8 @@ impl CompletionQueue {
         // woken by each datagram; a completion found makes them listen again (the thread may
         // now leave for something else: spin on memory, sleep). After completions the thread
         // usually answers or polls on ([`poller_stays`]), its next send does it, once its
-        // packet has left (a request answered at once does not wait for it; see
-        // [`hear_after_send`]), unless it polls again first.
+        // packet has left (a request answered at once does not wait for it), unless it polls
+        // again first; and its next poll in vain makes them quiet again ([`hear_after_send`]).
         EMPTY_POLLS.with(|e| {
             if got {
                 e.set(0);
@@ -421,12 +421,17 @@ fn poller_stays(wcs: &[WorkCompletion]) -> bool {
 
 /// After a send posted by this thread left: quiet engines listen again if this thread's last
 /// poll found completions after which it stays ([`poller_stays`]; see
-/// [`CompletionQueue::pace`]). An application that then neither sends nor polls is heard again
-/// by the engine itself after
-/// [`super::engine::QUIET_LIMIT`].
+/// [`CompletionQueue::pace`]), until the thread's next poll that finds nothing: a thread that
+/// comes back to poll for the answer reads the sockets itself again, and the answer must
+/// not wake the engines as well (measured on UCX's `am_lat` over `rc_verbs`, which answers
+/// in a callback and polls on: with the usual [`QUIET_AFTER`] polls in vain, a third of the
+/// answers still woke an engine thread, and the half round trip was twice as long in the
+/// slow runs). An application that then neither sends nor polls is heard again by the
+/// engine itself after [`super::engine::QUIET_LIMIT`].
 pub(crate) fn hear_after_send(device: &Device) {
     if HEAR_AFTER_SEND.replace(false) {
         device.hear_engines();
+        EMPTY_POLLS.set(QUIET_AFTER - 1);
     }
 }
 

@@ -99,9 +99,9 @@ pub struct DeviceConfig {
     /// switch, on a small machine the preemption of another spinning thread) for a packet
     /// the poller reads. A poll that finds an RDMA WRITE's completion (the application may
     /// now wait on memory for the peer's WRITE, which only the engine executes), the thread's
-    /// next send after other completions, a CQ armed for a notification or a wait that goes
-    /// to sleep puts them back, and an engine listens again on its own once nobody has read
-    /// its socket inline for a millisecond. On by default; `SOFTROCE_QUIET_ENGINE=0` turns it
+    /// next send after other completions (until its next poll in vain), a CQ armed for a
+    /// notification or a wait that goes to sleep puts them back, and an engine listens again
+    /// on its own once nobody has read its socket inline for a millisecond. On by default; `SOFTROCE_QUIET_ENGINE=0` turns it
     /// off for every device the process opens.
     pub quiet_engine: bool,
     /// With quiet engines ([`DeviceConfig::quiet_engine`]), a plain ACK that an application

@@ -269,6 +269,7 @@ static DEVICES: OnceLock<Vec<&'static SrDevice>> = OnceLock::new();
 pub fn devices() -> &'static [&'static SrDevice] {
     DEVICES.get_or_init(|| {
         init_logging();
+        flush_at_exit();
         let specs = match std::env::var("SOFTROCE_DEVICES") {
             Ok(s) => parse_devices(&s),
             Err(_) => default_devices(),
@@ -415,7 +416,6 @@ impl DevRt {
             }
             match Device::open(self.cfg.clone()) {
                 Ok(d) => {
-                    flush_at_exit();
                     crate::events::hook(self.dev.as_ibv() as usize, &d);
                     *self.dev.last_engine.lock() = Some((d.downgrade(), std::process::id()));
                     *engine = Some(d.clone());
