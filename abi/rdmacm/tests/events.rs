@@ -163,3 +163,13 @@ fn options_and_ud_ids() {
         assert!(out.contains(&format!("ok {what}\n")), "{what}:\n{out}");
     }
 }
+
+/// A thread that calls `rdma_get_cm_event` on a channel another thread has just destroyed
+/// blocks as a waiter does (tests/c/cmlate.c): Debian's `rping` server, whose event thread
+/// comes back for the next event while the main thread destroys the channel and exits, failed
+/// under load with "rdma_get_cm_event: Invalid argument" and exit status 255.
+#[test]
+fn a_late_call_on_a_destroyed_channel_blocks() {
+    let Some(out) = run_c("cmlate") else { return };
+    assert!(out.contains("ok blocked"), "{out}");
+}

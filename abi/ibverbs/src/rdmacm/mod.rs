@@ -562,10 +562,27 @@ pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_channel)
             // so the channel stays allocated, with its descriptor.
             return;
         }
-        // SAFETY: per the caller.
-        drop(unsafe { ChanObj::take(ch, CHAN_MAGIC) });
+        // A thread about to call rdma_get_cm_event again (rping's event thread, between
+        // acknowledging the DISCONNECTED that let the main thread go on and its next call,
+        // while the main thread destroys the ids, the channel, and exits) must block as the
+        // waiters do, not fail with EINVAL and exit the process with an error first: the
+        // last few destroyed channels stay allocated, marked destroyed, before they are freed.
+        let mut retired = RETIRED_CHANNELS.lock();
+        retired.push_back(ch as usize);
+        if retired.len() > RETIRED_KEPT {
+            let old = retired.pop_front().expect("more than RETIRED_KEPT") as *mut rdma_event_channel;
+            // SAFETY: a channel destroyed long before, by this function, and not freed yet.
+            drop(unsafe { ChanObj::take(old, CHAN_MAGIC) });
+        }
     });
 }
+
+/// Destroyed channels kept allocated (see `rdma_destroy_event_channel`), oldest first.
+static RETIRED_CHANNELS: Mutex<std::collections::VecDeque<usize>> =
+    Mutex::new(std::collections::VecDeque::new());
+
+/// How many destroyed channels stay allocated.
+const RETIRED_KEPT: usize = 16;
 
 /// Blocks the calling thread for good (a waiter on a destroyed channel).
 fn block_forever() -> ! {
