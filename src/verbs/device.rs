@@ -101,8 +101,8 @@ pub struct DeviceConfig {
     /// now wait on memory for the peer's WRITE, which only the engine executes), the thread's
     /// next send after other completions (until its next poll in vain), a CQ armed for a
     /// notification or a wait that goes to sleep puts them back, and an engine listens again
-    /// on its own once nobody has read its socket inline for a millisecond. On by default; `SOFTROCE_QUIET_ENGINE=0` turns it
-    /// off for every device the process opens.
+    /// on its own once nobody has read its socket inline for a millisecond. On by default;
+    /// `SOFTROCE_QUIET_ENGINE=0` turns it off for every device the process opens.
     pub quiet_engine: bool,
     /// With quiet engines ([`DeviceConfig::quiet_engine`]), a plain ACK that an application
     /// thread's poll produces (the receive of a SEND it is about to answer, say) waits for

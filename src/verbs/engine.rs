@@ -234,8 +234,6 @@ pub(crate) struct Core {
     registry: Option<mio::Registry>,
     /// The backend's sockets are out of the engine's poll set (see [`Core::set_quiet`]).
     quiet: bool,
-    /// The running transmit may hold plain ACKs back (an inline pass's, on a quiet engine).
-    hold: bool,
 }
 
 pub(crate) struct Engine {
@@ -332,7 +330,6 @@ impl Engine {
             tx: vec![0u8; 64 * MAX_PKT],
             registry,
             quiet: false,
-            hold: false,
         };
         Ok(Engine { core: Arc::new(Mutex::new(core)), poll, cmd_rx, spin })
     }
@@ -386,7 +383,7 @@ impl Engine {
                 work |= core.timers(now);
             }
             work |= core.cm_pump(now);
-            work |= core.transmit(now);
+            work |= core.transmit(now, false);
             core.publish();
             core.stats.dirty |= work;
             core.tighten_admitted(now);
@@ -433,10 +430,7 @@ impl Engine {
             let link = &shared.engines[idx];
             link.sleeping.store(true, Ordering::SeqCst);
             if link.posted.is_empty() && link.inbox.is_empty() && self.cmd_rx.is_empty() {
-                let deadline = match (core.next_deadline(), quiet_until) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
+                let deadline = [core.next_deadline(), quiet_until].into_iter().flatten().min();
                 let now = core.now();
                 // Application threads that arm an earlier timer wake the engine.
                 link.engine_deadline.store(deadline.map_or(u64::MAX, |t| t.as_nanos()), Ordering::SeqCst);
@@ -467,7 +461,7 @@ impl Engine {
                 Command::Shutdown => {
                     // Send what is queued (ACKs above all) before going away.
                     let now = core.now();
-                    core.transmit(now);
+                    core.transmit(now, false);
                     core.backend.refresh_counters();
                     let c = core.st.counters();
                     core.stats.write(&core.st, c, true);
@@ -507,7 +501,7 @@ impl Engine {
                 Command::ResizeCq { cq, cqe, reply } => {
                     core.take_posts();
                     let now = core.now();
-                    core.transmit(now);
+                    core.transmit(now, false);
                     core.publish();
                     let _ = reply.send(cqe.map_or(Ok(()), |n| cq.resize(n)));
                 }
@@ -671,9 +665,7 @@ impl Core {
         work |= self.take_posts();
         // Plain ACKs may wait for their QP's next packet while the engine is quiet: it then
         // sleeps at most until QUIET_LIMIT after this read, and sends them when it wakes.
-        self.hold = recv && self.quiet && shared.hold_acks;
-        work |= self.transmit(now);
-        self.hold = false;
+        work |= self.transmit(now, recv && self.quiet && shared.hold_acks);
         self.publish();
         // A pass takes microseconds; one that took a millisecond or more was preempted, and
         // the engine thread could not move anything meanwhile: a stall for the ACK timers.
@@ -738,7 +730,7 @@ impl Core {
     pub(crate) fn flush_held(&mut self, qpn: Option<u32>) {
         if qpn.map_or(!self.st.held.is_empty(), |q| self.st.held.contains(&q)) {
             let now = self.now();
-            self.transmit(now);
+            self.transmit(now, false);
             self.publish();
         }
     }
@@ -746,18 +738,11 @@ impl Core {
     fn next_deadline(&self) -> Option<Time> {
         let held = self.st.held_at.map(|t| t + QUIET_LIMIT);
         let timer = self.st.timers.peek().map(|Reverse((t, _))| *t);
-        let timer = match (timer, held) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
         let backend = self
             .backend
             .next_deadline()
             .map(|i| Time::from_nanos(i.saturating_duration_since(self.st.epoch).as_nanos() as u64));
-        match (timer, backend) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [held, timer, backend].into_iter().flatten().min()
     }
 
     fn receive(&mut self, now: Time) -> bool {
@@ -919,26 +904,27 @@ impl Core {
     }
 
     /// Builds and sends what the active QPs have, batching equal-sized packets to one peer.
-    fn transmit(&mut self, now: Time) -> bool {
+    /// `hold`: an inline pass of a quiet engine, which may hold plain ACKs back (below).
+    fn transmit(&mut self, now: Time, hold: bool) -> bool {
         // Whatever a packet, a post or a timer just gave a QP to send goes out in this turn,
         // before its completions are published: an application that sees the receive
         // completion of a message may exit at once, and the ACK must already be gone.
-        // Except, on an inline pass of a quiet engine (`hold`), a QP's lone plain ACK: it
+        // Except, with `hold`, a QP's lone plain ACK: it
         // waits for the QP's next packet (the answer the application is about to post) and
         // leaves with it, at the latest in the next pass or engine turn, which sends what
         // earlier passes held; destroying or modifying the QP, closing the device and the
         // drop-in library's exit handler send it too ([`Core::flush_held`]).
         let held = std::mem::take(&mut self.st.held);
-        self.st.held_at = None;
         let mut kept = Vec::new();
         for &qpn in held.iter().chain(&self.st.touched) {
             if let Some(slot) = self.st.qps.get_mut(&qpn)
                 && !slot.active
                 && slot.qp.wants_transmit()
             {
-                if self.hold && slot.qp.only_plain_ack() && !held.contains(&qpn) {
+                if hold && slot.qp.only_plain_ack() && !held.contains(&qpn) {
                     if !kept.contains(&qpn) {
                         kept.push(qpn);
+                        slot.qp.counters_mut().ack_held += 1;
                     }
                     continue;
                 }
@@ -946,15 +932,8 @@ impl Core {
                 self.st.active.push_back(qpn);
             }
         }
-        if !kept.is_empty() {
-            for qpn in &kept {
-                if let Some(slot) = self.st.qps.get_mut(qpn) {
-                    slot.qp.counters_mut().ack_held += 1;
-                }
-            }
-            self.st.held = kept;
-            self.st.held_at = Some(now);
-        }
+        self.st.held_at = (!kept.is_empty()).then_some(now);
+        self.st.held = kept;
         let Core { st, backend, tx, .. } = self;
         let shared = st.shared.clone();
         let mrs = shared.mrs.read();

@@ -288,9 +288,10 @@ pub fn devices() -> &'static [&'static SrDevice] {
     })
 }
 
-/// Registers (once) the process's `exit` handler that sends what the devices' engines hold
-/// back for a moment ([`Device::flush`]): an application may exit the moment it sees the
-/// last message's receive completion, before the ACK held for its next packet leaves.
+/// Registers the process's `exit` handler that sends what the devices' engines hold back for
+/// a moment ([`Device::flush`]): an application may exit the moment it sees the last
+/// message's receive completion, before the ACK held for its next packet leaves. Called once,
+/// as the device list is made.
 fn flush_at_exit() {
     extern "C" fn flush_all() {
         for d in DEVICES.get().map(|v| v.as_slice()).unwrap_or_default() {
@@ -299,14 +300,11 @@ fn flush_at_exit() {
             }
         }
     }
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: `flush_all` is an `extern "C"` function without arguments, as `atexit`
-        // takes; it only reads this library's statics, which live until the process ends.
-        if unsafe { libc::atexit(flush_all) } != 0 {
-            warn("atexit refused the exit handler");
-        }
-    });
+    // SAFETY: `flush_all` is an `extern "C"` function without arguments, as `atexit` takes;
+    // it only reads this library's statics, which live until the process ends.
+    if unsafe { libc::atexit(flush_all) } != 0 {
+        warn("atexit refused the exit handler");
+    }
 }
 
 /// The listed device behind an `ibv_device *`, if it is one of ours (compared by address,

@@ -11,11 +11,7 @@ use common::*;
 
 #[test]
 fn async_events_wake_a_blocked_waiter() {
-    if !require(
-        "async_events_wake_a_blocked_waiter",
-        &[SYSTEM_LIB, "/usr/include/infiniband/verbs.h", "/usr/bin/gcc"],
-        "libibverbs-dev gcc",
-    ) {
+    if !require("async_events_wake_a_blocked_waiter", C_BUILD, C_BUILD_PACKAGES) {
         return;
     }
     let dir = lib_dir("async");

@@ -17,9 +17,6 @@ use common::*;
 use softroce::verbs::DeviceConfig;
 use softroce::verbs::device::DeviceInfo;
 
-const HEADERS: &[&str] = &[SYSTEM_LIB, "/usr/include/infiniband/verbs.h", "/usr/bin/gcc"];
-const DEV_PACKAGES: &str = "libibverbs-dev gcc";
-
 /// The first line starting with `key ` in `out`, without the key.
 fn line<'a>(out: &'a str, key: &str) -> &'a str {
     let prefix = format!("{key} ");
@@ -47,7 +44,7 @@ fn same_as_debian(name: &str, min_lines: usize) {
 /// The string helpers and rate conversions, every value.
 #[test]
 fn strings_and_rates_match_debian() {
-    if require("strings_and_rates_match_debian", HEADERS, DEV_PACKAGES) {
+    if require("strings_and_rates_match_debian", C_BUILD, C_BUILD_PACKAGES) {
         same_as_debian("strings", 300);
     }
 }
@@ -58,7 +55,7 @@ fn strings_and_rates_match_debian() {
 /// `ibv_ack_async_event` on the caller's objects, `ibv_qp_to_qp_ex` of a `struct verbs_qp`.
 #[test]
 fn caller_made_structs_match_debian() {
-    if require("caller_made_structs_match_debian", HEADERS, DEV_PACKAGES) {
+    if require("caller_made_structs_match_debian", C_BUILD, C_BUILD_PACKAGES) {
         same_as_debian("mock", 20);
     }
 }
@@ -66,14 +63,14 @@ fn caller_made_structs_match_debian() {
 /// The `ibv_copy_*_kern` conversions, every output byte for patterned inputs.
 #[test]
 fn kernel_struct_conversions_match_debian() {
-    if require("kernel_struct_conversions_match_debian", HEADERS, DEV_PACKAGES) {
+    if require("kernel_struct_conversions_match_debian", C_BUILD, C_BUILD_PACKAGES) {
         same_as_debian("kern", 60);
     }
 }
 
 #[test]
 fn device_level_verbs_from_c() {
-    if !require("device_level_verbs_from_c", HEADERS, DEV_PACKAGES) {
+    if !require("device_level_verbs_from_c", C_BUILD, C_BUILD_PACKAGES) {
         return;
     }
     let dir = lib_dir("devquery");
@@ -179,7 +176,7 @@ fn device_level_verbs_from_c() {
 /// handlers run, the process goes on.
 #[test]
 fn cancel_while_blocked_in_get_async_event() {
-    if !require("cancel_while_blocked_in_get_async_event", HEADERS, DEV_PACKAGES) {
+    if !require("cancel_while_blocked_in_get_async_event", C_BUILD, C_BUILD_PACKAGES) {
         return;
     }
     let dir = lib_dir("cancel");
@@ -198,7 +195,7 @@ fn cancel_while_blocked_in_get_async_event() {
 /// Two processes opening the loopback device (the default list, or `lo`) get two addresses.
 #[test]
 fn loopback_device_takes_a_free_address_per_process() {
-    if !require("loopback_device_takes_a_free_address_per_process", HEADERS, DEV_PACKAGES) {
+    if !require("loopback_device_takes_a_free_address_per_process", C_BUILD, C_BUILD_PACKAGES) {
         return;
     }
     let dir = lib_dir("hold");
@@ -245,7 +242,7 @@ fn loopback_device_takes_a_free_address_per_process() {
 /// Six such runs, two with 8 threads, then the default (loopback) device.
 #[test]
 fn threads_opening_one_device_at_once() {
-    if !require("threads_opening_one_device_at_once", HEADERS, DEV_PACKAGES) {
+    if !require("threads_opening_one_device_at_once", C_BUILD, C_BUILD_PACKAGES) {
         return;
     }
     let dir = lib_dir("threads");

@@ -23,11 +23,7 @@ fn line<'a>(out: &'a str, key: &str) -> &'a str {
 
 #[test]
 fn object_verbs_from_c() {
-    if !require(
-        "object_verbs_from_c",
-        &[SYSTEM_LIB, "/usr/include/infiniband/verbs.h", "/usr/bin/gcc"],
-        "libibverbs-dev gcc",
-    ) {
+    if !require("object_verbs_from_c", C_BUILD, C_BUILD_PACKAGES) {
         return;
     }
     let dir = lib_dir("objects");
@@ -88,11 +84,7 @@ fn object_verbs_from_c() {
 /// unaligned regions, the QP state table, the AV's port, P_Key queries past the table.
 #[test]
 fn verbs_arguments_as_kernel_rxe() {
-    if !require(
-        "verbs_arguments_as_kernel_rxe",
-        &[SYSTEM_LIB, "/usr/include/infiniband/verbs.h", "/usr/bin/gcc"],
-        "libibverbs-dev gcc",
-    ) {
+    if !require("verbs_arguments_as_kernel_rxe", C_BUILD, C_BUILD_PACKAGES) {
         return;
     }
     let dir = lib_dir("verbsargs");

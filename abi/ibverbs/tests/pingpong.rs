@@ -109,11 +109,7 @@ fn debian_srq_pingpong_events() {
 /// completes successfully instead of retrying into a process that is gone.
 #[test]
 fn a_receiver_that_exits_at_its_last_completion_acknowledges_it() {
-    if !require(
-        "exit-after-recv",
-        &[SYSTEM_LIB, "/usr/include/infiniband/verbs.h", "/usr/bin/gcc"],
-        "libibverbs-dev gcc",
-    ) {
+    if !require("exit-after-recv", C_BUILD, C_BUILD_PACKAGES) {
         return;
     }
     for _ in 0..3 {

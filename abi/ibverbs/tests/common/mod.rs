@@ -13,6 +13,11 @@ use std::time::{Duration, Instant};
 /// The Debian 12 library this one replaces.
 pub const SYSTEM_LIB: &str = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1";
 
+/// What a test that compiles one of `tests/c/` ([`build_c`]) needs, and the Debian packages
+/// that bring it, for [`require`].
+pub const C_BUILD: &[&str] = &[SYSTEM_LIB, "/usr/include/infiniband/verbs.h", "/usr/bin/gcc"];
+pub const C_BUILD_PACKAGES: &str = "libibverbs-dev gcc";
+
 /// True if every path exists; otherwise prints that the test is skipped and why (visible in
 /// `cargo test` output) and returns false. Under `CI` a missing prerequisite fails instead.
 pub fn require(test: &str, paths: &[&str], packages: &str) -> bool {
