@@ -11,9 +11,10 @@
 //!   stored as 8-byte atomic words. Every access — the application's ([`MemoryRegion::read`],
 //!   [`MemoryRegion::write`], [`MemoryRegion::fill`], [`MemoryRegion::atomic_u64`]) and the
 //!   engine's (packet payloads in and out, RDMA atomics) — goes through relaxed atomic loads and
-//!   stores (read-modify-write `fetch_and`/`fetch_or` for partial words), which compile to plain
-//!   moves. Racing accesses are therefore defined: a reader may see a mix of old and new bytes,
-//!   exactly as with RDMA hardware, but never undefined behaviour. RDMA atomics use the same
+//!   stores (a compare-and-swap that replaces only its bytes for a partial word), which compile
+//!   to plain moves. Racing accesses are therefore defined: a reader may see a mix of old and
+//!   new bytes (of different words), exactly as with RDMA hardware, but never bytes nobody
+//!   wrote, and never undefined behaviour. RDMA atomics use the same
 //!   `AtomicU64`, so they are atomic with respect to the application's
 //!   [`MemoryRegion::atomic_u64`] too.
 //! - For zero-copy use, [`MemoryRegion::as_slice`] and [`MemoryRegion::as_mut_slice`] hand out
@@ -203,15 +204,18 @@ impl AtomicBytes {
         }
     }
 
-    /// Merges `src` into word `w` at byte `b` (partial word): `fetch_and`/`fetch_or` leave the
-    /// word's other bytes as concurrent writers left them.
+    /// Merges `src` into word `w` at byte `b` (partial word) in one atomic step: the word's
+    /// other bytes stay as concurrent writers left them, and a reader sees the old bytes or
+    /// the new ones, never a mix. (A `fetch_and` that cleared them and a `fetch_or` that set
+    /// them let a reader in between see zeros: an application spinning on a 4-byte counter
+    /// the peer WRITEs saw it drop to 0.)
     fn merge(word: &AtomicU64, b: usize, src: &[u8]) {
         let mut v = [0u8; 8];
         let mut m = [0u8; 8];
         v[b..b + src.len()].copy_from_slice(src);
         m[b..b + src.len()].fill(0xff);
-        word.fetch_and(!u64::from_ne_bytes(m), Relaxed);
-        word.fetch_or(u64::from_ne_bytes(v), Relaxed);
+        let (v, m) = (u64::from_ne_bytes(v), u64::from_ne_bytes(m));
+        let _ = word.fetch_update(Relaxed, Relaxed, |w| Some((w & !m) | v));
     }
 
     /// Writes `src` starting at byte `off` (bounds checked by the caller). Whole words are
@@ -999,6 +1003,41 @@ mod tests {
         assert_eq!(&out[..3], &data[..3]);
         assert_eq!(&out[3..14], &[0xaa; 11]);
         assert_eq!(&out[14..], &data[14..]);
+    }
+
+    /// A write of part of a word is one atomic step: a reader spinning on those bytes sees
+    /// the old value or the new one, never the zeros of a clear-then-set.
+    #[test]
+    fn a_partial_word_write_never_shows_bytes_nobody_wrote() {
+        let b = std::sync::Arc::new(AtomicBytes::owned(64).unwrap());
+        b.write(0, &[0x5a; 64]);
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (b, stop) = (b.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut k = 0u32;
+                while !stop.load(Relaxed) {
+                    b.write(8, &(k % 2 + 1).to_le_bytes());
+                    k = k.wrapping_add(1);
+                }
+            })
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(300);
+        let mut bad = None;
+        while bad.is_none() && std::time::Instant::now() < deadline {
+            for _ in 0..10_000 {
+                let mut got = [0u8; 8];
+                b.read(8, &mut got);
+                let v = u32::from_le_bytes(got[..4].try_into().unwrap());
+                if !(v == 1 || v == 2 || v == 0x5a5a_5a5a) || got[4..] != [0x5a; 4] {
+                    bad = Some(got);
+                    break;
+                }
+            }
+        }
+        stop.store(true, Relaxed);
+        writer.join().unwrap();
+        assert_eq!(bad, None, "a read saw bytes nobody wrote");
     }
 
     #[test]
