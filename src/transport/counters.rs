@@ -95,7 +95,7 @@ counters! {
     /// responder acknowledged exactly the probed packet, so what was sent after it was lost.
     /// Not counted in `completer_retry_err` or `probe_retransmit`.
     tail_probe_retransmit,
-    /// Plain ACKs held back by an application thread's poll to leave with the QP's next
-    /// packet (softroce's own; `DeviceConfig::hold_acks`).
+    /// Plain ACKs held back, by an application thread's poll or the engine thread, to leave
+    /// with the QP's next packet (softroce's own; `DeviceConfig::hold_acks`).
     ack_held,
 }

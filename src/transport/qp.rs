@@ -1281,6 +1281,13 @@ impl Qp {
             || self.req.tail_probe_due
     }
 
+    /// Makes [`Qp::poll_transmit`] build the requester's next packet before the responder's
+    /// (it alternates otherwise): a held-back ACK that leaves with the request answering it
+    /// then goes after it, as the shorter last segment of one GSO send.
+    pub fn requests_first(&mut self) {
+        self.tx_turn = true;
+    }
+
     /// True when all this QP has to send is one plain ACK of the responder (no request, no
     /// retry, no READ or atomic response): an ACK that may wait for the QP's next packet.
     pub fn only_plain_ack(&self) -> bool {

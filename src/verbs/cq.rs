@@ -208,10 +208,14 @@ impl CompletionQueue {
         // usually answers or polls on ([`poller_stays`]), its next send does it, once its
         // packet has left (a request answered at once does not wait for it), unless it polls
         // again first; and its next poll in vain makes them quiet again ([`hear_after_send`]).
+        // The same goes for a one-sided ping-pong's poll whose pass also executed the peer's
+        // request on the completions' QP (`ib_write_lat`: the peer's WRITE came with the ACK
+        // this thread polled for, and the memory it will spin on already holds it).
+        let answered_here = pass.held.is_some_and(|q| found.iter().all(|w| w.qp_num.value() == q));
         EMPTY_POLLS.with(|e| {
             if got {
                 e.set(0);
-                if poller_stays(found) {
+                if poller_stays(found) || answered_here {
                     HEAR_AFTER_SEND.set(true);
                 } else {
                     HEAR_AFTER_SEND.set(false);

@@ -98,7 +98,9 @@ pub struct DeviceConfig {
     /// itself, so that each arriving datagram does not also wake an engine thread (a context
     /// switch, on a small machine the preemption of another spinning thread) for a packet
     /// the poller reads. A poll that finds an RDMA WRITE's completion (the application may
-    /// now wait on memory for the peer's WRITE, which only the engine executes), the thread's
+    /// now wait on memory for the peer's WRITE, which only the engine executes; unless the
+    /// same poll executed a request of the peer on that QP and held its ACK:
+    /// [`DeviceConfig::hold_acks`]), the thread's
     /// next send after other completions (until its next poll in vain), a CQ armed for a
     /// notification or a wait that goes to sleep puts them back, and an engine listens again
     /// on its own once nobody has read its socket inline for a millisecond. On by default;
@@ -110,8 +112,12 @@ pub struct DeviceConfig {
     /// of its own between the completion and the answer. It waits at most until the
     /// thread's next call into the device (a poll, a post, destroying or modifying the QP,
     /// closing the device, the process's `exit` through the drop-in library) or a quiet
-    /// engine's next turn, a millisecond at the most. On by default; `SOFTROCE_HOLD_ACKS=0`
-    /// turns it off for every device the process opens.
+    /// engine's next turn, a millisecond at the most. The engine thread holds the ACK of a
+    /// request it executed too, when the QP's application answered the last two within
+    /// 100 µs: then for 100 µs at most (the one-sided ping-pong, `ib_write_lat`, whose
+    /// application sees the peer's WRITE in memory and answers with its own; the ACK and the
+    /// answer reach the peer as it polls for that ACK, and its poll executes the answer). On
+    /// by default; `SOFTROCE_HOLD_ACKS=0` turns it off for every device the process opens.
     pub hold_acks: bool,
     /// Progress engine threads (1 by default; `SOFTROCE_ENGINE_THREADS` sets the default for
     /// every device the process opens). With `n > 1` the device runs `n` engines, each a
@@ -597,19 +603,22 @@ pub(crate) struct Pass {
     pub ran: bool,
     /// The turn moved something: a packet read, a work request taken, a packet sent.
     pub work: bool,
+    /// A QP whose plain ACK the turn held back for its answer: it executed a request of the
+    /// peer (`CompletionQueue::pace`).
+    pub held: Option<u32>,
 }
 
 impl std::ops::BitOr for Pass {
     type Output = Pass;
     fn bitor(self, o: Pass) -> Pass {
-        Pass { ran: self.ran | o.ran, work: self.work | o.work }
+        Pass { ran: self.ran | o.ran, work: self.work | o.work, held: self.held.or(o.held) }
     }
 }
 
 /// One turn of inline progress on an engine's state, unless another thread holds it.
 fn progress_on(core: &Mutex<super::engine::Core>, recv: bool) -> Pass {
     let Some(mut c) = core.try_lock() else { return Pass::default() };
-    Pass { ran: true, work: c.progress_inline(recv) }
+    c.progress_inline(recv)
 }
 
 struct EngineHandle {

@@ -178,7 +178,52 @@ struct Slot {
     active: bool,
     timer: Option<Time>,
     send_retired_seen: u64,
+    /// Plain ACKs in a row whose QP's application answered promptly: its next request left
+    /// with the held ACK, or within [`ANSWER_WINDOW`] of the ACK (see [`Hold::Engine`]).
+    answers: u8,
+    /// When this QP last sent a lone plain ACK (to see whether an answer follows).
+    acked_at: Option<Time>,
 }
+
+/// How a turn treats a QP's lone plain ACK ([`Core::transmit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hold {
+    /// Everything leaves, held ACKs too.
+    Nothing,
+    /// An inline pass of a quiet engine: what earlier turns held leaves; every lone plain ACK
+    /// waits for its QP's next packet, at most [`QUIET_LIMIT`] (the thread usually answers,
+    /// or polls again, within microseconds).
+    Inline,
+    /// The engine thread's turn: what is held stays until its QP's answer or its deadline;
+    /// a lone plain ACK waits for its QP's next packet, at most [`ANSWER_WAIT`], when the
+    /// application answered the last [`ANSWERS_TO_HOLD`] promptly. This is the one-sided
+    /// ping-pong (`ib_write_lat`): the application spins on memory, sees the WRITE the
+    /// engine executed, posts its own, and then polls for that one's completion. An ACK that
+    /// leaves with the answer reaches the peer as it polls for the same ACK: the peer's pass
+    /// executes the answer too, its memory holds it by the time it looks, and no engine
+    /// thread needs waking on either side.
+    Engine,
+}
+
+/// A plain ACK held back ([`State::held`]).
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    qpn: u32,
+    /// It leaves by then.
+    until: Time,
+    /// The engine thread held it ([`Hold::Engine`]).
+    by_engine: bool,
+}
+
+/// Answers in a row after which the engine thread holds a QP's ACK ([`Hold::Engine`]).
+const ANSWERS_TO_HOLD: u8 = 2;
+/// A request that leaves this soon after its QP's plain ACK answers it ([`Hold::Engine`]).
+const ANSWER_WINDOW: Duration = Duration::from_micros(100);
+/// How long the engine thread holds an ACK for its answer ([`Hold::Engine`]): well under
+/// a requester's tail probe (softroce's waits at least
+/// [`TAIL_PROBE_MIN`](crate::transport::TAIL_PROBE_MIN), 250 µs, plus the engine's timer
+/// slack) and any local ACK timeout but the very shortest.
+const ANSWER_WAIT: Duration = Duration::from_micros(100);
 
 /// Everything but the backend, so the receive callback can borrow it while the backend is
 /// borrowed too.
@@ -191,10 +236,10 @@ struct State {
     srqs: HashMap<u32, SrqSlot>,
     active: VecDeque<u32>,
     touched: Vec<u32>,
-    /// QPs whose plain ACK an inline pass held back for the QP's next packet
-    /// ([`DeviceConfig::hold_acks`](super::DeviceConfig::hold_acks)), and since when.
-    held: Vec<u32>,
-    held_at: Option<Time>,
+    /// QPs whose plain ACK a turn held back for the QP's next packet
+    /// ([`DeviceConfig::hold_acks`](super::DeviceConfig::hold_acks), [`Hold`]): the QP,
+    /// when the ACK leaves at the latest, and whether the engine thread held it.
+    held: Vec<Held>,
     timers: BinaryHeap<Reverse<(Time, u32)>>,
     epoch: Instant,
     port: u16,
@@ -311,7 +356,6 @@ impl Engine {
                 active: VecDeque::new(),
                 touched: Vec::new(),
                 held: Vec::new(),
-                held_at: None,
                 timers: BinaryHeap::new(),
                 port,
                 cm,
@@ -383,7 +427,7 @@ impl Engine {
                 work |= core.timers(now);
             }
             work |= core.cm_pump(now);
-            work |= core.transmit(now, false);
+            work |= core.transmit(now, Hold::Engine);
             core.publish();
             core.stats.dirty |= work;
             core.tighten_admitted(now);
@@ -461,7 +505,7 @@ impl Engine {
                 Command::Shutdown => {
                     // Send what is queued (ACKs above all) before going away.
                     let now = core.now();
-                    core.transmit(now, false);
+                    core.transmit(now, Hold::Nothing);
                     core.backend.refresh_counters();
                     let c = core.st.counters();
                     core.stats.write(&core.st, c, true);
@@ -492,6 +536,8 @@ impl Engine {
                             active: false,
                             timer: None,
                             send_retired_seen: 0,
+                            answers: 0,
+                            acked_at: None,
                         },
                     );
                     // Before the caller learns the QP number, the kernel filter admits it.
@@ -501,7 +547,7 @@ impl Engine {
                 Command::ResizeCq { cq, cqe, reply } => {
                     core.take_posts();
                     let now = core.now();
-                    core.transmit(now, false);
+                    core.transmit(now, Hold::Nothing);
                     core.publish();
                     let _ = reply.send(cqe.map_or(Ok(()), |n| cq.resize(n)));
                 }
@@ -653,7 +699,7 @@ impl Core {
     /// what was posted, what is to send, and the completions; `recv` says whether to read
     /// the socket. Timers and the IB CM stay with the engine thread, which is woken when
     /// this arms a timer earlier than the one it sleeps for, or gives the CM input.
-    pub(crate) fn progress_inline(&mut self, recv: bool) -> bool {
+    pub(crate) fn progress_inline(&mut self, recv: bool) -> super::device::Pass {
         let now = self.now();
         let shared = self.st.shared.clone();
         let link = &shared.engines[self.st.idx];
@@ -665,7 +711,11 @@ impl Core {
         work |= self.take_posts();
         // Plain ACKs may wait for their QP's next packet while the engine is quiet: it then
         // sleeps at most until QUIET_LIMIT after this read, and sends them when it wakes.
-        work |= self.transmit(now, recv && self.quiet && shared.hold_acks);
+        let hold = if recv && self.quiet { Hold::Inline } else { Hold::Nothing };
+        work |= self.transmit(now, hold);
+        // (What is held now, this pass held: it executed requests of the peer, whom the
+        // application is likely to answer.)
+        let held = self.st.held.first().map(|h| h.qpn);
         self.publish();
         // A pass takes microseconds; one that took a millisecond or more was preempted, and
         // the engine thread could not move anything meanwhile: a stall for the ACK timers.
@@ -689,7 +739,7 @@ impl Core {
                 let _ = link.waker.wake();
             }
         }
-        work
+        super::device::Pass { ran: true, work, held }
     }
 
     /// Takes the backend's sockets out of the engine thread's poll set (`quiet`) or puts them
@@ -725,18 +775,18 @@ impl Core {
         }
     }
 
-    /// Sends the ACKs inline passes held back ([`Core::transmit`]), if QP `qpn` (or, with
-    /// `None`, any QP) has one.
+    /// Sends the ACKs held back ([`Core::transmit`]), if QP `qpn` (or, with `None`, any QP)
+    /// has one.
     pub(crate) fn flush_held(&mut self, qpn: Option<u32>) {
-        if qpn.map_or(!self.st.held.is_empty(), |q| self.st.held.contains(&q)) {
+        if qpn.map_or(!self.st.held.is_empty(), |q| self.st.held.iter().any(|h| h.qpn == q)) {
             let now = self.now();
-            self.transmit(now, false);
+            self.transmit(now, Hold::Nothing);
             self.publish();
         }
     }
 
     fn next_deadline(&self) -> Option<Time> {
-        let held = self.st.held_at.map(|t| t + QUIET_LIMIT);
+        let held = self.st.held.iter().map(|h| h.until).min();
         let timer = self.st.timers.peek().map(|Reverse((t, _))| *t);
         let backend = self
             .backend
@@ -904,35 +954,69 @@ impl Core {
     }
 
     /// Builds and sends what the active QPs have, batching equal-sized packets to one peer.
-    /// `hold`: an inline pass of a quiet engine, which may hold plain ACKs back (below).
-    fn transmit(&mut self, now: Time, hold: bool) -> bool {
+    /// `hold` says which lone plain ACKs may wait ([`Hold`]).
+    fn transmit(&mut self, now: Time, hold: Hold) -> bool {
         // Whatever a packet, a post or a timer just gave a QP to send goes out in this turn,
         // before its completions are published: an application that sees the receive
         // completion of a message may exit at once, and the ACK must already be gone.
-        // Except, with `hold`, a QP's lone plain ACK: it
-        // waits for the QP's next packet (the answer the application is about to post) and
-        // leaves with it, at the latest in the next pass or engine turn, which sends what
-        // earlier passes held; destroying or modifying the QP, closing the device and the
-        // drop-in library's exit handler send it too ([`Core::flush_held`]).
+        // Except, by `hold`, a QP's lone plain ACK: it waits for the QP's next packet (the
+        // answer the application is about to post) and leaves with it, or by its deadline
+        // (the engine thread's sleep covers it: `next_deadline`), or with the next inline
+        // pass, or when its QP is destroyed or modified, the device closes or the drop-in
+        // library's exit handler runs ([`Core::flush_held`]).
         let held = std::mem::take(&mut self.st.held);
-        let mut kept = Vec::new();
-        for &qpn in held.iter().chain(&self.st.touched) {
-            if let Some(slot) = self.st.qps.get_mut(&qpn)
-                && !slot.active
-                && slot.qp.wants_transmit()
-            {
-                if hold && slot.qp.only_plain_ack() && !held.contains(&qpn) {
-                    if !kept.contains(&qpn) {
-                        kept.push(qpn);
-                        slot.qp.counters_mut().ack_held += 1;
-                    }
-                    continue;
-                }
-                slot.active = true;
-                self.st.active.push_back(qpn);
+        let mut kept: Vec<Held> = Vec::new();
+        let hold_acks = self.st.shared.hold_acks;
+        for (i, qpn) in held.iter().map(|h| h.qpn).chain(self.st.touched.iter().copied()).enumerate() {
+            let was_held = held.get(i);
+            if was_held.is_none() && held.iter().any(|h| h.qpn == qpn) {
+                continue;
             }
+            let Some(slot) = self.st.qps.get_mut(&qpn) else { continue };
+            if kept.iter().any(|h| h.qpn == qpn) || !slot.qp.wants_transmit() {
+                continue;
+            }
+            if !slot.qp.only_plain_ack() {
+                // More than an ACK to send: the answer, if it follows the ACK closely. Then the
+                // request goes first, a held ACK as the GSO send's shorter last segment.
+                if was_held.is_some() {
+                    slot.answers = slot.answers.saturating_add(1);
+                    slot.qp.requests_first();
+                } else if let Some(at) = slot.acked_at {
+                    slot.answers = if now - at <= ANSWER_WINDOW { slot.answers.saturating_add(1) } else { 0 };
+                }
+                slot.acked_at = None;
+            } else if slot.active {
+                // (Queued to send already.)
+                continue;
+            } else {
+                match was_held {
+                    Some(h) if hold == Hold::Engine && h.by_engine && now < h.until => {
+                        kept.push(*h);
+                        continue;
+                    }
+                    // Its time is up and no answer came: hold no more until answers do.
+                    Some(h) if h.by_engine && now >= h.until => slot.answers = 0,
+                    None if hold_acks
+                        && (hold == Hold::Inline
+                            || hold == Hold::Engine && slot.answers >= ANSWERS_TO_HOLD) =>
+                    {
+                        let by_engine = hold == Hold::Engine;
+                        let until = now + if by_engine { ANSWER_WAIT } else { QUIET_LIMIT };
+                        kept.push(Held { qpn, until, by_engine });
+                        slot.qp.counters_mut().ack_held += 1;
+                        continue;
+                    }
+                    // Sent now, alone: the answer may still follow.
+                    _ => slot.acked_at = Some(now),
+                }
+            }
+            if slot.active {
+                continue;
+            }
+            slot.active = true;
+            self.st.active.push_back(qpn);
         }
-        self.st.held_at = (!kept.is_empty()).then_some(now);
         self.st.held = kept;
         let Core { st, backend, tx, .. } = self;
         let shared = st.shared.clone();
