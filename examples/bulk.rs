@@ -344,6 +344,12 @@ fn client(a: &Args, mtu: Mtu, ip: &str) {
     res.qp.post_send(SendWr::new(0, SendOp::SendWithImm(u32::MAX), &[])).unwrap_or_else(|e| die(e));
     let _ = wait(&res);
     let secs = start.elapsed().as_secs_f64();
+    // Linger too: the ACK of the server's last answer may have been lost, and the server
+    // resends that answer after its ACK timeout (or sooner, on a tail probe), to a client that
+    // must still be there to acknowledge it (a gone one leaves it retrying into RETRY_EXC_ERR;
+    // seen once in about ten starved runs with 5 % loss). Two ACK timeouts at least.
+    let timeout = Duration::from_nanos(4096 << a.timeout.min(31));
+    let _ = res.dev.wait_quiet((2 * timeout).max(Duration::from_millis(500)), Duration::from_secs(10));
     println!(
         "client: {sent} messages, {moved} bytes, {reads} READs verified in {secs:.2} s = {:.1} MB/s",
         moved as f64 / secs / 1e6
