@@ -1089,6 +1089,29 @@ fn ten_thousand_read_requests_beyond_the_responders_resources() {
     assert_eq!(c.rcvd_dropped, 10_000 - 17, "everything after the error is dropped and counted");
 }
 
+/// A requester that keeps to `max_rd_atomic` but retransmitted: its 16 READs were answered in
+/// full, the answers were still on their way when it retried all 16 (a tail probe, a timeout),
+/// then they arrived, it completed the 16 and sent 16 new ones. The replays the duplicates
+/// queued are not new READs: the responder must not count them against `max_dest_rd_atomic`
+/// and refuse the new READs with an Invalid Request NAK (it did: a bulk READ run on loopback
+/// ended in `RETRY_EXC_ERR` about one run in five, the NAK lost among the responses).
+#[test]
+fn replays_of_duplicate_reads_do_not_count_against_max_dest_rd_atomic() {
+    let mut d = Duo::new(PairConfig { rd_atomic: 16, mtu: Mtu::Mtu1024, ..PairConfig::default() });
+    let (qpn, first) = (d.b.qpn(), d.b.expected_psn());
+    let reads: Vec<Vec<u8>> = (0..32).map(|i| read_request(qpn, first.add(i), TGT_ADDR, 1024)).collect();
+    d.deliver_b(&reads[..16]);
+    assert_eq!(d.tx_b().len(), 16, "the 16 READs answered");
+    d.deliver_b(&reads[..16]);
+    assert_eq!(d.b.counters().duplicate_read_replayed, 16);
+    d.deliver_b(&reads[16..]);
+    assert_eq!(d.b.state(), QpState::Rts, "a new READ refused");
+    let out = d.tx_b();
+    assert_eq!(out.len(), 32, "16 replays and 16 new responses");
+    assert!(out.iter().all(|p| syndrome(p) != Some(Syndrome::Nak(NakCode::InvalidRequest))));
+    assert_eq!(d.b.counters().send_nak_err, 0);
+}
+
 /// The same peer replaying one READ 10 000 times: a duplicate READ restarts the response
 /// stream still in progress instead of queueing another, so one response stays queued however
 /// many duplicates come.

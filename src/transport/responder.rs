@@ -59,9 +59,26 @@ pub(crate) enum Resource {
 /// A queued response.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Response {
-    Ack { psn: Psn, syndrome: Syndrome, msn: u32 },
-    AtomicAck { psn: Psn, orig: u64, msn: u32 },
-    Read { psn: Psn, rkey: u32, va: u64, resid: u64, first: bool, msn: u32 },
+    Ack {
+        psn: Psn,
+        syndrome: Syndrome,
+        msn: u32,
+    },
+    AtomicAck {
+        psn: Psn,
+        orig: u64,
+        msn: u32,
+    },
+    /// `replay`: the answer to a duplicate of a READ whose first answer was sent in full.
+    Read {
+        psn: Psn,
+        rkey: u32,
+        va: u64,
+        resid: u64,
+        first: bool,
+        msn: u32,
+        replay: bool,
+    },
 }
 
 /// Responder state (rxe's `qp->resp`).
@@ -142,9 +159,12 @@ impl RespState {
         self.res_head = (i + 1) % self.resources.len();
     }
 
-    /// READ responses queued and not fully sent.
+    /// READ responses queued and not fully sent, replays of duplicates left out: a requester
+    /// that keeps to `max_rd_atomic` may have completed those READs from their first answers
+    /// (which crossed its retransmission) and sent new ones. Replays are bounded anyway: one
+    /// per READ the responder remembers (a duplicate of one still queued restarts it).
     fn reads_in_progress(&self) -> usize {
-        self.out.iter().filter(|r| matches!(r, Response::Read { .. })).count()
+        self.out.iter().filter(|r| matches!(r, Response::Read { replay: false, .. })).count()
     }
 
     /// On entering the error state: flush the receive queue and the receive WQE in progress
@@ -412,6 +432,7 @@ impl Qp {
                     resid: c.resid,
                     first: true,
                     msn,
+                    replay: false,
                 });
                 self.resp.psn = last_psn.next();
                 self.resp.opcode = None;
@@ -555,11 +576,20 @@ impl Qp {
                 });
                 if let Some(r) = in_flight {
                     self.counters.duplicate_read_replayed += 1;
-                    *r = Response::Read { psn, rkey, va, resid: len, first, msn };
+                    let replay = matches!(r, Response::Read { replay: true, .. });
+                    *r = Response::Read { psn, rkey, va, resid: len, first, msn, replay };
                     return;
                 }
                 self.counters.duplicate_read_replayed += 1;
-                self.resp.out.push_back(Response::Read { psn, rkey, va, resid: len, first, msn });
+                self.resp.out.push_back(Response::Read {
+                    psn,
+                    rkey,
+                    va,
+                    resid: len,
+                    first,
+                    msn,
+                    replay: true,
+                });
             }
             Operation::CompareSwap | Operation::FetchAdd => {
                 let orig = self.resp.resources.iter().flatten().find_map(|r| match *r {
@@ -601,7 +631,7 @@ impl Qp {
                 self.resp.out.pop_front();
                 r.emit(buf, &[]).ok()?
             }
-            Response::Read { psn, rkey, va, resid, first, msn } => {
+            Response::Read { psn, rkey, va, resid, first, msn, .. } => {
                 let fits = resid <= mtu;
                 let (op, pos_ends) = match (first, fits) {
                     (true, true) => (Opcode::RC_READ_RESP_ONLY, true),
