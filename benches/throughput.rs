@@ -13,6 +13,8 @@
 //! - `udp 4 KiB, GSO 15 + GRO`: the same datagrams, 16 per `sendmsg` with UDP GSO.
 //! - `udp 64 B, one datagram per send`: the datagram rate for small messages.
 //! - `rc write 64 KiB, PMTU 4096`: RDMA WRITE bandwidth with 64 KiB messages, 64 in flight.
+//! - `rc read 64 KiB, PMTU 4096`: RDMA READ bandwidth, the same (the responder's 16 READs
+//!   outstanding, `max_dest_rd_atomic`, bound how many are in flight).
 //! - `rc send 64 B`: SEND message rate, 256 in flight, receives always posted.
 //! - `raw: rc write 64 KiB` and `raw: rc send 64 B`: the same two over the raw (AF_PACKET)
 //!   backend on `lo`. They need CAP_NET_RAW; without it they are skipped with the reason.
@@ -126,9 +128,10 @@ fn main() {
         return;
     }
     // `cargo bench --bench throughput -- rc` runs only the softroce part (for profiling);
-    // `-- write` / `-- send`: only that softroce run.
+    // `-- write` / `-- read` / `-- send`: only that softroce run.
     let only_send = std::env::args().any(|a| a == "send");
-    let only_rc = std::env::args().any(|a| a == "rc" || a == "write" || a == "send");
+    let only_read = std::env::args().any(|a| a == "read");
+    let only_rc = std::env::args().any(|a| a == "rc" || a == "write" || a == "read" || a == "send");
     let d = Duration::from_secs_f64(secs);
     println!(
         "softroce throughput, two processes on loopback, {secs} s per run ({} cores)",
@@ -139,8 +142,9 @@ fn main() {
     let udpg = if only_rc { skip } else { udp_bench(4140, 15, d) };
     let udp64 = if only_rc { skip } else { udp_bench(64 + 28, 1, d) };
     let only_write = std::env::args().any(|a| a == "write");
-    let w = if only_send { skip } else { rc_bench("write", 65536, d, "udp") };
-    let s = if only_write { skip } else { rc_bench("send", 64, d, "udp") };
+    let w = if only_send || only_read { skip } else { rc_bench("write", 65536, d, "udp") };
+    let r = if only_send || only_write { skip } else { rc_bench("read", 65536, d, "udp") };
+    let s = if only_write || only_read { skip } else { rc_bench("send", 64, d, "udp") };
     // `-- noraw` leaves out the raw backend's runs.
     let raw = if std::env::args().any(|a| a == "noraw") {
         Some("left out (noraw)".to_string())
@@ -150,8 +154,10 @@ fn main() {
     if let Some(why) = &raw {
         println!("raw backend runs skipped: {why}");
     }
-    let rw = if raw.is_some() || only_send { None } else { Some(rc_bench("write", 65536, d, "raw")) };
-    let rs = if raw.is_some() || only_write { None } else { Some(rc_bench("send", 64, d, "raw")) };
+    let rw =
+        if raw.is_some() || only_send || only_read { None } else { Some(rc_bench("write", 65536, d, "raw")) };
+    let rs =
+        if raw.is_some() || only_write || only_read { None } else { Some(rc_bench("send", 64, d, "raw")) };
     println!();
     println!("{:<38} {:>12} {:>12}", "run", "Gb/s", "Mmsg/s");
     let row = |name: &str, bytes: f64, msgs: f64| {
@@ -163,6 +169,7 @@ fn main() {
         row("udp 64 B, one datagram per send", udp64.0, udp64.1);
     }
     row("rc write 64 KiB, PMTU 4096", w.0, w.1);
+    row("rc read 64 KiB, PMTU 4096", r.0, r.1);
     row("rc send 64 B", s.0, s.1);
     if let Some(rw) = rw {
         row("raw: rc write 64 KiB, PMTU 4096", rw.0, rw.1);
@@ -176,6 +183,7 @@ fn main() {
         // (`rc` runs no UDP baseline: no ratio to it.)
         println!("  rc write / udp one-per-send  {:>6.2}", w.0 / udp1.0);
         println!("  rc write / udp GSO+GRO       {:>6.2}", w.0 / udpg.0);
+        println!("  rc read / udp GSO+GRO        {:>6.2}", r.0 / udpg.0);
         println!("  rc send 64 B / udp 64 B      {:>6.2}  (messages per second)", s.1 / udp64.1);
     }
     if let Some(rw) = rw {
@@ -694,7 +702,7 @@ fn rc_bench_on(kind: &str, size: usize, d: Duration, backend: &str, sharing: Sha
         .unwrap();
     let mut ready = String::new();
     out.read_line(&mut ready).unwrap();
-    let depth = if kind == "write" { 64 } else { 256 };
+    let depth = if kind == "send" { 256 } else { 64 };
     let mut wcs = vec![WorkCompletion::default(); 64];
     let (mut posted, mut done) = (0u64, 0u64);
     let mut start = Instant::now();
@@ -703,10 +711,11 @@ fn rc_bench_on(kind: &str, size: usize, d: Duration, backend: &str, sharing: Sha
     let mut warm = false;
     loop {
         while posted - done < depth {
-            let op = if kind == "write" {
-                SendOp::RdmaWrite(RemoteAddr { addr: raddr, rkey })
-            } else {
-                SendOp::Send
+            let remote = RemoteAddr { addr: raddr, rkey };
+            let op = match kind {
+                "write" => SendOp::RdmaWrite(remote),
+                "read" => SendOp::RdmaRead(remote),
+                _ => SendOp::Send,
             };
             let mut wr = SendWr::new(posted, op, &[mr.sge(0, size as u32)]);
             // Signal one in 16, as perftest's CQ moderation does.
@@ -716,6 +725,12 @@ fn rc_bench_on(kind: &str, size: usize, d: Duration, backend: &str, sharing: Sha
         }
         let n = cq.poll(&mut wcs).unwrap();
         for wc in &wcs[..n] {
+            if wc.status != WcStatus::Success {
+                // For the post-mortem: this side's counters (the peer prints nothing).
+                eprintln!("{kind} failed; this side's QP counters: {:?}", dev.counters().map(|c| c.qp));
+                drop(child.stdin.take());
+                let _ = child.wait();
+            }
             assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
             done = wc.wr_id + 1;
         }
