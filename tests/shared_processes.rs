@@ -521,6 +521,20 @@ fn a_listener_in_another_process_gets_its_requests_and_a_dead_ones_port_refuses(
     let t0 = Instant::now();
     let e = connect_and_send(&ip, 7331, "nobody").unwrap_err();
     assert!(e.to_string().contains("refused: invalid service ID"), "{e}");
-    assert!(t0.elapsed() < Duration::from_secs(5), "refused at once, not after retries ({:?})", t0.elapsed());
+    // (Seen twice in about fourteen full suites: refused only after 6.15 s, the REQ's retry;
+    // the counters say where the first REQ went.)
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "refused at once, not after retries ({:?}); this member's counters: {}",
+        t0.elapsed(),
+        here.counters()
+            .map(|c| c
+                .iter()
+                .filter(|(_, v)| *v > 0)
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" "))
+            .unwrap_or_else(|e| e.to_string())
+    );
     drop(here);
 }
