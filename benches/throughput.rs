@@ -129,9 +129,9 @@ fn main() {
     }
     // `cargo bench --bench throughput -- rc` runs only the softroce part (for profiling);
     // `-- write` / `-- read` / `-- send`: only that softroce run.
-    let only_send = std::env::args().any(|a| a == "send");
-    let only_read = std::env::args().any(|a| a == "read");
-    let only_rc = std::env::args().any(|a| a == "rc" || a == "write" || a == "read" || a == "send");
+    let only = ["write", "read", "send"].into_iter().find(|k| std::env::args().any(|a| a == *k));
+    let runs = |kind: &str| only.is_none_or(|o| o == kind);
+    let only_rc = only.is_some() || std::env::args().any(|a| a == "rc");
     let d = Duration::from_secs_f64(secs);
     println!(
         "softroce throughput, two processes on loopback, {secs} s per run ({} cores)",
@@ -141,10 +141,9 @@ fn main() {
     let udp1 = if only_rc { skip } else { udp_bench(4140, 1, d) };
     let udpg = if only_rc { skip } else { udp_bench(4140, 15, d) };
     let udp64 = if only_rc { skip } else { udp_bench(64 + 28, 1, d) };
-    let only_write = std::env::args().any(|a| a == "write");
-    let w = if only_send || only_read { skip } else { rc_bench("write", 65536, d, "udp") };
-    let r = if only_send || only_write { skip } else { rc_bench("read", 65536, d, "udp") };
-    let s = if only_write || only_read { skip } else { rc_bench("send", 64, d, "udp") };
+    let w = if runs("write") { rc_bench("write", 65536, d, "udp") } else { skip };
+    let r = if runs("read") { rc_bench("read", 65536, d, "udp") } else { skip };
+    let s = if runs("send") { rc_bench("send", 64, d, "udp") } else { skip };
     // `-- noraw` leaves out the raw backend's runs.
     let raw = if std::env::args().any(|a| a == "noraw") {
         Some("left out (noraw)".to_string())
@@ -154,10 +153,8 @@ fn main() {
     if let Some(why) = &raw {
         println!("raw backend runs skipped: {why}");
     }
-    let rw =
-        if raw.is_some() || only_send || only_read { None } else { Some(rc_bench("write", 65536, d, "raw")) };
-    let rs =
-        if raw.is_some() || only_write || only_read { None } else { Some(rc_bench("send", 64, d, "raw")) };
+    let rw = (raw.is_none() && runs("write")).then(|| rc_bench("write", 65536, d, "raw"));
+    let rs = (raw.is_none() && runs("send")).then(|| rc_bench("send", 64, d, "raw"));
     println!();
     println!("{:<38} {:>12} {:>12}", "run", "Gb/s", "Mmsg/s");
     let row = |name: &str, bytes: f64, msgs: f64| {
