@@ -986,10 +986,8 @@ impl Core {
                     slot.answers = if now - at <= ANSWER_WINDOW { slot.answers.saturating_add(1) } else { 0 };
                 }
                 slot.acked_at = None;
-            } else if slot.active {
-                // (Queued to send already.)
-                continue;
-            } else {
+            } else if !slot.active {
+                // (An active QP's ACK is queued to send already.)
                 match was_held {
                     Some(h) if hold == Hold::Engine && h.by_engine && now < h.until => {
                         kept.push(*h);
