@@ -26,7 +26,8 @@
 //!   loopback sockets, each spinning on `recv`; half of each round trip.
 //! - `write-lat`, `send-lat`, `read-lat` 2 B, `atomic-lat` (8 B): `softroce perf <test> -s 2`
 //!   (the tool built with this bench), server and client on loopback, `t_typical` of the client;
-//!   each printed as a ratio to the baseline of the same invocation. `t_typical` of READ and
+//!   each printed as a ratio to the mean of the baselines run just before and just after it
+//!   (the baseline runs again between rows: it drifts within an invocation). `t_typical` of READ and
 //!   atomics is a whole round trip (perftest's `rtt_factor` 1): those rows print half of it.
 //!
 //! ```text
@@ -197,14 +198,18 @@ fn main() {
 }
 
 /// The latency rows: the UDP busy-poll baseline, then `softroce perf *-lat` 2 B, each as a
-/// ratio to the baseline.
+/// ratio to the baseline. The baseline runs again after every row, and each row's ratio is to
+/// the mean of the two baselines around it: on this shared machine the baseline itself drifts
+/// by a fifth and more within a minute, and one baseline at the start left the last rows'
+/// ratios to that drift.
 fn latency(json: bool) {
     let iters = 20_000;
-    let base = udp_pingpong(iters);
+    let mut base = udp_pingpong(iters);
+    let mut bases = vec![base];
     println!("latency, 2 B, half round trip (median), two processes on loopback");
-    println!("{:<38} {:>10} {:>8}", "run", "us", "ratio");
+    println!("{:<38} {:>10} {:>8} {:>14}", "run", "us", "ratio", "baselines us");
     println!("{:<38} {:>10.2} {:>8}", "udp ping-pong, busy-poll, 2 cores", base, "1.00");
-    let mut rows = vec![("udp_pingpong_us".to_string(), base)];
+    let mut rows = Vec::new();
     // Each test through the engine thread (SOFTROCE_INLINE_PROGRESS=0) and with inline progress (the default).
     const TESTS: [&str; 4] = ["write-lat", "send-lat", "read-lat", "atomic-lat"];
     // `-- lat write-lat read-lat`: only those tests.
@@ -215,27 +220,43 @@ fn latency(json: bool) {
         }
         for (j, (inline, tag)) in [(false, ""), (true, "_inline")].into_iter().enumerate() {
             let name = format!("softroce perf {test}{}", if inline { " (inline)" } else { "" });
-            match perf_lat(test, 5000, 18_700 + 2 * i as u16 + j as u16, inline) {
+            let r = perf_lat(test, 5000, 18_700 + 2 * i as u16 + j as u16, inline);
+            let after = udp_pingpong(iters);
+            bases.push(after);
+            let around = (base + after) / 2.0;
+            match r {
                 // perftest's READ and atomic latency (`t_typical`) is the whole round trip:
                 // half of it is what compares with the others and the baseline.
                 Ok(t) => {
                     let t = if matches!(test, "read-lat" | "atomic-lat") { t / 2.0 } else { t };
-                    println!("{name:<38} {t:>10.2} {:>8.2}", t / base);
-                    rows.push((format!("{}{tag}_us", test.replace('-', "_")), t));
+                    println!("{name:<38} {t:>10.2} {:>8.2} {:>6.2} {:>6.2}", t / around, base, after);
+                    rows.push((format!("{}{tag}", test.replace('-', "_")), t, around));
                 }
                 Err(e) => println!("{name:<38} failed: {e}"),
             }
+            base = after;
         }
     }
+    let mut sorted = bases.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    println!(
+        "{:<38} {:>10.2}   (median of {}, {:.2}..{:.2})",
+        "udp ping-pong baselines",
+        median,
+        bases.len(),
+        sorted[0],
+        sorted[sorted.len() - 1]
+    );
     if json {
         let mut o = serde_json::Map::new();
         o.insert("bench".into(), "latency".into());
         o.insert("load_average".into(), load_average().into());
-        for (k, v) in &rows {
-            o.insert(k.clone(), (*v).into());
-            if k != "udp_pingpong_us" {
-                o.insert(k.replace("_us", "_ratio"), (v / base).into());
-            }
+        o.insert("udp_pingpong_us".into(), median.into());
+        o.insert("udp_pingpong_runs_us".into(), bases.clone().into());
+        for (k, t, around) in &rows {
+            o.insert(format!("{k}_us"), (*t).into());
+            o.insert(format!("{k}_ratio"), (t / around).into());
         }
         println!("{}", serde_json::Value::Object(o));
     }
