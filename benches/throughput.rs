@@ -272,7 +272,7 @@ fn latency(json: bool) {
         o.insert("bench".into(), "latency".into());
         o.insert("load_average".into(), load_average().into());
         o.insert("udp_pingpong_us".into(), median.into());
-        o.insert("udp_pingpong_runs_us".into(), bases.clone().into());
+        o.insert("udp_pingpong_runs_us".into(), bases.into());
         for (k, t, around) in &rows {
             o.insert(format!("{k}_us"), (*t).into());
             o.insert(format!("{k}_ratio"), (t / around).into());

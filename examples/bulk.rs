@@ -122,13 +122,7 @@ fn wait(res: &Res) -> WorkCompletion {
             Ok(Some(wc)) => {
                 if wc.status != WcStatus::Success {
                     // What the QP went through, for the post-mortem.
-                    let c = res.dev.counters().map(|c| {
-                        c.iter()
-                            .filter(|(_, v)| *v > 0)
-                            .map(|(k, v)| format!("{k}={v}"))
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    });
+                    let c = res.dev.counters().map(|c| c.nonzero_summary());
                     die(format!(
                         "completion {} failed: {} (counters: {})",
                         wc.wr_id,
@@ -245,10 +239,7 @@ fn server(a: &Args, mtu: Mtu) {
     let _ = res.dev.wait_quiet(Duration::from_millis(500), Duration::from_secs(10));
     println!("server: verified {expect} messages, {moved} bytes, every byte and the order");
     let c = res.dev.counters().unwrap_or_else(|e| die(e));
-    println!(
-        "server counters: {}",
-        c.iter().filter(|(_, v)| *v > 0).map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
-    );
+    println!("server counters: {}", c.nonzero_summary());
 }
 
 fn client(a: &Args, mtu: Mtu, ip: &str) {
@@ -355,10 +346,7 @@ fn client(a: &Args, mtu: Mtu, ip: &str) {
         moved as f64 / secs / 1e6
     );
     let c = res.dev.counters().unwrap_or_else(|e| die(e));
-    println!(
-        "client counters: {}",
-        c.iter().filter(|(_, v)| *v > 0).map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
-    );
+    println!("client counters: {}", c.nonzero_summary());
 }
 
 fn main() {

@@ -536,14 +536,7 @@ fn a_listener_in_another_process_gets_its_requests_and_a_dead_ones_port_refuses(
         t0.elapsed() < Duration::from_secs(5),
         "refused at once, not after retries ({:?}); this member's counters: {}",
         t0.elapsed(),
-        here.counters()
-            .map(|c| c
-                .iter()
-                .filter(|(_, v)| *v > 0)
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(" "))
-            .unwrap_or_else(|e| e.to_string())
+        here.counters().map(|c| c.nonzero_summary()).unwrap_or_else(|e| e.to_string())
     );
     drop(here);
 }

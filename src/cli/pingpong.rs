@@ -554,10 +554,7 @@ fn pingpong(a: &PingpongArgs, kind: PingpongKind, num_qp: u32) -> std::result::R
     linger(&dev);
     if std::env::var_os("SOFTROCE_PRINT_COUNTERS").is_some() {
         let c = dev.counters()?;
-        eprintln!(
-            "{}",
-            c.iter().filter(|(_, v)| *v > 0).map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
-        );
+        eprintln!("{}", c.nonzero_summary());
     }
     let mut bad_pages = Vec::new();
     if a.chk && !client {

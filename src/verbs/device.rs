@@ -1589,6 +1589,12 @@ impl DeviceCounters {
         total
     }
 
+    /// The counters that are not zero, as `name=value` separated by spaces: the one-line
+    /// post-mortem the tools and examples print.
+    pub fn nonzero_summary(&self) -> String {
+        self.iter().filter(|(_, v)| *v > 0).map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+    }
+
     /// Every counter as `(name, value)`.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         // One `send_err`, as rxe has: the QPs' failures (no route) and the backend's.
