@@ -148,9 +148,15 @@ fn main() {
     let udp1 = if only_rc { skip } else { udp_bench(4140, 1, d) };
     let udpg = if only_rc { skip } else { udp_bench(4140, 15, d) };
     let udp64 = if only_rc { skip } else { udp_bench(64 + 28, 1, d) };
+    // The datagrams a 64 KiB WRITE needs (two GSO sends per message): the kernel's limit for
+    // that shape, before and after WRITE and after READ (each row against the two around it:
+    // the machine has slow spells of tens of seconds in which everything runs at a third).
+    let udpw = if only_rc { skip } else { udp_write_shaped(d) };
     let w = if runs("write") { rc_bench("write", 65536, d, "udp") } else { skip };
+    let udpw2 = if only_rc { skip } else { udp_write_shaped(d) };
     let udpg2 = if only_rc { skip } else { udp_bench(4140, 15, d) };
     let r = if runs("read") { rc_bench("read", 65536, d, "udp") } else { skip };
+    let udpw3 = if only_rc { skip } else { udp_write_shaped(d) };
     let udpg3 = if only_rc { skip } else { udp_bench(4140, 15, d) };
     let s = if runs("send") { rc_bench("send", 64, d, "udp") } else { skip };
     let udp64b = if only_rc { skip } else { udp_bench(64 + 28, 1, d) };
@@ -175,6 +181,9 @@ fn main() {
         row("udp 4 KiB, GSO 15 + GRO", udpg.0, udpg.1);
         row("udp 4 KiB, GSO 15 + GRO, after write", udpg2.0, udpg2.1);
         row("udp 4 KiB, GSO 15 + GRO, after read", udpg3.0, udpg3.1);
+        row("udp in write's datagrams (2 per msg)", udpw.0, udpw.1);
+        row("udp in write's datagrams, after write", udpw2.0, udpw2.1);
+        row("udp in write's datagrams, after read", udpw3.0, udpw3.1);
         row("udp 64 B, one datagram per send", udp64.0, udp64.1);
         row("udp 64 B, one per send, after send", udp64b.0, udp64b.1);
     }
@@ -198,6 +207,16 @@ fn main() {
         println!("  rc write / udp one-per-send  {:>6.2}", w.0 / udp1.0);
         println!("  rc write / udp GSO+GRO       {:>6.2}", w.0 / g[1]);
         println!("  rc read / udp GSO+GRO        {:>6.2}", r.0 / g[1]);
+        // (The limit for the datagrams WRITE needs, the same bytes as two sends per 64 KiB
+        // message, against the 15-per-send stream; and WRITE and READ against that limit.)
+        let mut sh = [udpw.0, udpw2.0, udpw3.0];
+        sh.sort_by(f64::total_cmp);
+        println!(
+            "  udp write-shaped / GSO+GRO   {:>6.2}  (medians: the limit for 2 sends per 64 KiB)",
+            sh[1] / g[1]
+        );
+        println!("  rc write / udp write-shaped  {:>6.2}", w.0 / ((udpw.0 + udpw2.0) / 2.0));
+        println!("  rc read / udp write-shaped   {:>6.2}", r.0 / ((udpw2.0 + udpw3.0) / 2.0));
         println!(
             "  rc send 64 B / udp 64 B      {:>6.2}  (messages per second)",
             s.1 / ((udp64.1 + udp64b.1) / 2.0)
@@ -654,6 +673,30 @@ fn spawn_env(
 /// Sends datagrams of `size` bytes, `gso` per system call, for `d`; returns (bytes/s,
 /// datagrams/s) counted by the receiver.
 fn udp_bench(size: usize, gso: usize, d: Duration) -> (f64, f64) {
+    udp_stream(&[(size, size * gso)], d)
+}
+
+/// The UDP datagrams in which the engine sends one 64 KiB RC WRITE at PMTU 4096, as two GSO
+/// sends: the first packet (BTH + RETH + 4096 + ICRC: 4128 bytes) with the second (4112, the
+/// shorter last segment of that send), then the other fourteen (4112 each). Every packet but
+/// the last of a GSO send must have the size of the first, and the first packet of a WRITE is
+/// 16 bytes (its RETH) longer than the rest, so a message cannot be fewer than two sends (and
+/// one send holds at most 65,507 bytes: 15 of these packets). Returns (bytes/s, messages/s):
+/// the messages the receiver counted, in payload bytes as the WRITE row counts them.
+fn udp_write_shaped(d: Duration) -> (f64, f64) {
+    const FIRST: usize = 12 + 16 + 4096 + 4;
+    const REST: usize = 12 + 4096 + 4;
+    let (bytes, _) = udp_stream(&[(FIRST, FIRST + REST), (REST, 14 * REST)], d);
+    let msgs = bytes / (FIRST + 15 * REST) as f64;
+    (msgs * 65536.0, msgs)
+}
+
+/// Sends, over and over for `d`, one UDP send per `(segment size, bytes)` of `sends` (GSO
+/// when the bytes exceed the segment size; its last segment may be shorter), from a thread
+/// pinned to core 0 to a receiver with GRO pinned to core 1; returns (bytes/s, datagrams/s)
+/// counted by the receiver.
+fn udp_stream(sends: &[(usize, usize)], d: Duration) -> (f64, f64) {
+    let size = sends[0].0;
     let (mut child, mut out, addr) = spawn("udp-recv", &format!("{size}"));
     let dst: SocketAddr = addr.parse().unwrap();
     // Sender and receiver pinned to two cores, as the ping-pong baseline's threads are: left
@@ -663,18 +706,20 @@ fn udp_bench(size: usize, gso: usize, d: Duration) -> (f64, f64) {
     pin(0);
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let state = quinn_udp::UdpSocketState::new((&sock).into()).unwrap();
-    let buf = vec![0x5au8; size * gso];
+    let buf = vec![0x5au8; sends.iter().map(|s| s.1).max().unwrap_or(0)];
     let start = Instant::now();
     while start.elapsed() < d {
         for _ in 0..64 {
-            let t = quinn_udp::Transmit {
-                destination: dst,
-                ecn: None,
-                contents: &buf,
-                segment_size: (gso > 1).then_some(size),
-                src_ip: None,
-            };
-            let _ = state.try_send((&sock).into(), &t);
+            for &(seg, len) in sends {
+                let t = quinn_udp::Transmit {
+                    destination: dst,
+                    ecn: None,
+                    contents: &buf[..len],
+                    segment_size: (len > seg).then_some(seg),
+                    src_ip: None,
+                };
+                let _ = state.try_send((&sock).into(), &t);
+            }
         }
     }
     unpin(&saved);
