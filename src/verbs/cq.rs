@@ -235,10 +235,12 @@ impl CompletionQueue {
         }
         PACER.with(|c| {
             let mut p = c.get();
+            // (The end of this poll's pass, moments ago: no clock reading of its own.)
+            let now = || pass.at.unwrap_or_else(Instant::now);
             if got || pass.work {
                 p.busy();
-            } else if p.polled(Instant::now(), true) {
-                let start = Instant::now();
+            } else if p.polled(now(), true) {
+                let start = now();
                 std::thread::yield_now();
                 p.yielded(start, Instant::now());
             }

@@ -606,12 +606,19 @@ pub(crate) struct Pass {
     /// A QP whose plain ACK the turn held back for its answer: it executed a request of the
     /// peer (`CompletionQueue::pace`).
     pub held: Option<u32>,
+    /// When the (last) turn ended: a clock reading the caller may use instead of its own.
+    pub at: Option<std::time::Instant>,
 }
 
 impl std::ops::BitOr for Pass {
     type Output = Pass;
     fn bitor(self, o: Pass) -> Pass {
-        Pass { ran: self.ran | o.ran, work: self.work | o.work, held: self.held.or(o.held) }
+        Pass {
+            ran: self.ran | o.ran,
+            work: self.work | o.work,
+            held: self.held.or(o.held),
+            at: self.at.max(o.at),
+        }
     }
 }
 

@@ -719,12 +719,16 @@ impl Core {
         self.publish();
         // A pass takes microseconds; one that took a millisecond or more was preempted, and
         // the engine thread could not move anything meanwhile: a stall for the ACK timers.
-        let end = self.now();
+        // (The one clock reading after the pass serves the stall clocks here and the caller's
+        // pacing: an idle poll reads the clock twice, at the start and the end of its pass.)
+        let end_at = Instant::now();
+        let end = Time::from_nanos(end_at.saturating_duration_since(self.st.epoch).as_nanos() as u64);
         self.stall.record_hold(end, end - now);
         // So is a wait for a CPU of this thread between its passes (read once a millisecond).
         let epoch = self.st.epoch;
         APP_WAITS.with(|w| {
-            if let Some((at, waited)) = w.borrow_mut().get_or_insert_with(ThreadWaits::for_this_thread).poll()
+            if let Some((at, waited)) =
+                w.borrow_mut().get_or_insert_with(ThreadWaits::for_this_thread).poll(end_at)
             {
                 let at = Time::from_nanos(at.saturating_duration_since(epoch).as_nanos() as u64);
                 self.stall.record_hold(at, waited);
@@ -739,7 +743,7 @@ impl Core {
                 let _ = link.waker.wake();
             }
         }
-        super::device::Pass { ran: true, work, held }
+        super::device::Pass { ran: true, work, held, at: Some(end_at) }
     }
 
     /// Takes the backend's sockets out of the engine thread's poll set (`quiet`) or puts them

@@ -143,10 +143,10 @@ impl ThreadWaits {
         ThreadWaits { file: File::open("/proc/thread-self/schedstat").ok(), last: None }
     }
 
-    /// A wait of at least [`SPACING`] since the last reading, if one is due and there was one:
-    /// `(when the reading was taken, how long the thread waited)`.
-    pub(crate) fn poll(&mut self) -> Option<(std::time::Instant, Duration)> {
-        let now = std::time::Instant::now();
+    /// A wait of at least [`SPACING`] since the last reading, if one is due (`now`: the
+    /// caller's clock reading, taken moments ago) and there was one: `(when the reading was
+    /// taken, how long the thread waited)`.
+    pub(crate) fn poll(&mut self, now: std::time::Instant) -> Option<(std::time::Instant, Duration)> {
         if self.last.is_some_and(|(t, _)| now - t < SPACING) {
             return None;
         }

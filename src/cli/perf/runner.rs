@@ -271,6 +271,9 @@ struct Idle {
     spin_cq: Duration,
     since: Option<Instant>,
     last_progress: Instant,
+    /// Progress was made since `last_progress` was set: the next clock reading (a wait's or
+    /// [`Idle::peer_done`]'s) moves it, so that a poll that finds completions reads no clock.
+    progressed: bool,
     /// `--peer-timeout` (`None`: wait forever).
     stall: Option<Duration>,
     /// The side channel, looked at (never read) every [`PEEK_EVERY`].
@@ -296,6 +299,7 @@ impl Idle {
             spin_cq,
             since: None,
             last_progress: now,
+            progressed: false,
             stall,
             link,
             last_peek: now,
@@ -305,16 +309,23 @@ impl Idle {
 
     fn progress(&mut self) {
         self.since = None;
-        self.last_progress = Instant::now();
+        self.progressed = true;
+    }
+
+    /// The last progress was made by `now` (a fresh clock reading).
+    fn settle(&mut self, now: Instant) {
+        if std::mem::take(&mut self.progressed) {
+            self.last_progress = now;
+        }
     }
 
     /// What the peer did on the side channel, looked at every [`PEEK_EVERY`].
-    fn peer(&mut self) -> PeerState {
+    fn peer(&mut self, now: Instant) -> PeerState {
         if self.peer == PeerState::Quiet
-            && self.last_peek.elapsed() >= PEEK_EVERY
+            && now.saturating_duration_since(self.last_peek) >= PEEK_EVERY
             && let Some(link) = &self.link
         {
-            self.last_peek = Instant::now();
+            self.last_peek = now;
             self.peer = peek_peer(link);
         }
         self.peer
@@ -323,12 +334,16 @@ impl Idle {
     /// True once the peer has finished its part of the run (it wrote its next message) and
     /// nothing has arrived for [`AFTER_PEER_DONE`]: the rest is not coming.
     fn peer_done(&mut self) -> bool {
-        self.peer() == PeerState::Spoke && self.last_progress.elapsed() >= AFTER_PEER_DONE
+        let now = Instant::now();
+        self.settle(now);
+        self.peer(now) == PeerState::Spoke
+            && now.saturating_duration_since(self.last_progress) >= AFTER_PEER_DONE
     }
 
     /// How long this wait has lasted (the clock read once).
     fn check(&mut self) -> Result<Duration, Stop> {
         let now = Instant::now();
+        self.settle(now);
         if let Some(stall) = self.stall
             && now.duration_since(self.last_progress) > stall
         {
@@ -337,7 +352,7 @@ impl Idle {
         // A closed channel ends the wait once nothing has progressed for a moment: at the very
         // end of a latency test the peer may exit (and close) while this side's last
         // acknowledgement is still on its way.
-        if self.peer() == PeerState::Closed && now.duration_since(self.last_progress) >= AFTER_PEER_DONE {
+        if self.peer(now) == PeerState::Closed && now.duration_since(self.last_progress) >= AFTER_PEER_DONE {
             return Err(Stop::PeerClosed);
         }
         Ok(now.saturating_duration_since(*self.since.get_or_insert(now)))
