@@ -407,3 +407,85 @@ fn a_one_sided_pingpong_holds_its_acks_and_an_unanswered_one_leaves_on_its_own()
     assert!(t.elapsed() < Duration::from_millis(500), "ACKed after {:?}", t.elapsed());
     assert_eq!(a.dev.counters().unwrap().qp.completer_retry_err, 0, "a retransmission was needed");
 }
+
+/// Sends posted behind others while an application thread drives the device are left to that
+/// thread's next poll, without waking the engine (`QueuePair::schedule`). When the thread then
+/// stops polling (it sleeps, or it sleeps on its CQ), the sends still
+/// leave within milliseconds: the engine looks again when the poller's inline window has passed,
+/// and a thread that arms its CQ wakes it for what waits. The ACK timeout (about 4 s) is far
+/// beyond the deadline, so no retransmission may rescue them.
+#[test]
+fn sends_left_to_a_poller_that_stops_polling_still_leave() {
+    let a = open(DeviceConfig::new(loopback_ip()), true);
+    let b = open(DeviceConfig::new(loopback_ip()), true);
+    connect_with_timeout(&a, &b, 20);
+    for round in 0..6u64 {
+        for k in 0..4 {
+            b.qp.post_recv(RecvWr::new(round * 4 + k, &[b.mr.sge(64 * k as usize, 64)])).unwrap();
+        }
+        // a drives its device: polls in vain (a few times, or long enough to make its engine
+        // quiet), then posts four sends; all but the first are behind others.
+        for _ in 0..if round % 2 == 0 { 3 } else { 100 } {
+            assert!(a.cq.poll_one().unwrap().is_none());
+        }
+        let t = Instant::now();
+        for k in 0..4 {
+            a.qp.post_send(SendWr::new(round * 4 + k, SendOp::Send, &[a.mr.sge(0, 8)])).unwrap();
+        }
+        // a stops polling: it sleeps, or (every third round) sleeps on its CQ.
+        std::thread::scope(|s| {
+            let waiter = (round % 3 == 2).then(|| s.spawn(|| a.cq.wait(Duration::from_secs(5)).unwrap()));
+            for k in 0..4 {
+                let wc = b.cq.poll_one_wait(Duration::from_secs(2)).unwrap().expect("a send never left");
+                assert_eq!((wc.status, wc.wr_id), (WcStatus::Success, round * 4 + k), "{wc:?}");
+            }
+            assert!(
+                t.elapsed() < Duration::from_millis(500),
+                "round {round}: the sends took {:?}",
+                t.elapsed()
+            );
+            if let Some(w) = waiter {
+                assert!(w.join().unwrap(), "the waiter saw its send completions");
+            }
+        });
+        let mut done = 0;
+        while done < 4 {
+            let wc = a.cq.poll_one_wait(Duration::from_secs(5)).unwrap().expect("send completion");
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            done += 1;
+        }
+    }
+}
+
+/// As above, with a peer that never answers (the QP number it was given exists nowhere): no ACK
+/// wakes the engine, and the first retransmission is seconds away. The sends posted behind the
+/// first, left to the poller that then stops polling, leave within milliseconds all the same.
+#[test]
+fn sends_left_to_a_poller_leave_when_nothing_else_would_wake_the_engine() {
+    let a = open(DeviceConfig::new(loopback_ip()), true);
+    let b = open(DeviceConfig::new(loopback_ip()), true);
+    a.qp.modify(&QpAttrs::init(Access::ALL)).unwrap();
+    let av = AddressVector::new(b.dev.own_gid(), a.dev.default_gid_index());
+    let nowhere = Qpn::new(b.qp.qp_num().value() + 1000);
+    a.qp.modify(&QpAttrs::rtr(av, Mtu::Mtu1024, nowhere, Psn::new(1))).unwrap();
+    a.qp.modify(&QpAttrs { timeout: Some(20), ..QpAttrs::rts(Psn::new(1)) }).unwrap();
+    // The first send leaves at once (from this thread); the engine then sleeps until the ACK
+    // timeout, seconds away.
+    a.qp.post_send(SendWr::new(0, SendOp::Send, &[a.mr.sge(0, 8)])).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    // This thread polls (it drives the device), posts three behind the first, and stops.
+    for _ in 0..3 {
+        assert!(a.cq.poll_one().unwrap().is_none());
+    }
+    for k in 1..4 {
+        a.qp.post_send(SendWr::new(k, SendOp::Send, &[a.mr.sge(0, 8)])).unwrap();
+    }
+    let t = Instant::now();
+    let sent = || a.dev.counters().unwrap().qp.sent_pkts;
+    while sent() < 4 && t.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(sent(), 4, "sends posted behind others never left");
+    assert!(t.elapsed() < Duration::from_millis(500), "the sends took {:?}", t.elapsed());
+    drop(b);
+}

@@ -513,8 +513,19 @@ impl DeviceShared {
     /// Whether an application thread made progress inline on engine `idx` within
     /// [`INLINE_BUSY_NS`] of `now`.
     pub(crate) fn inline_recently(&self, idx: usize, now: crate::transport::Time) -> bool {
+        self.inline_busy_until(idx).is_some_and(|t| now < t)
+    }
+
+    /// Until when engine `idx` counts as driven by an application thread's inline progress
+    /// (its last inline pass and [`INLINE_BUSY_NS`]); `None` before any.
+    pub(crate) fn inline_busy_until(&self, idx: usize) -> Option<crate::transport::Time> {
         let at = self.engines[idx].inline_at.load(Ordering::Relaxed);
-        at != 0 && now.as_nanos().saturating_sub(at) < INLINE_BUSY_NS
+        (at != 0).then(|| crate::transport::Time::from_nanos(at.saturating_add(INLINE_BUSY_NS)))
+    }
+
+    /// The device's clock (what the engines' `Time` counts from).
+    pub(crate) fn now(&self) -> crate::transport::Time {
+        crate::transport::Time::from_nanos(self.epoch.elapsed().as_nanos() as u64)
     }
 
     /// The engine that owns QP (or SRQ) number `n`: `n % engines`, exactly what the
@@ -1222,7 +1233,9 @@ impl Device {
 
     /// Makes quiet engines listen to their sockets again (see [`Device::quiet_engines`]). An
     /// engine whose state another thread holds (it may be this thread's caller, on the
-    /// engine thread) is asked to, and woken.
+    /// engine thread) is asked to, and woken. A sleeping engine with work posted to it is
+    /// woken too: posts behind others were left to the polling thread
+    /// (`QueuePair::schedule`), which now stops polling.
     pub(crate) fn hear_engines(&self) {
         for (core, link) in self._engine.cores.iter().zip(&self.shared.engines) {
             if link.quiet.load(Ordering::Relaxed) {
@@ -1231,8 +1244,12 @@ impl Device {
                     None => {
                         link.hear.store(true, Ordering::SeqCst);
                         let _ = link.waker.wake();
+                        continue;
                     }
                 }
+            }
+            if !link.posted.is_empty() {
+                link.wake_if_sleeping();
             }
         }
     }

@@ -470,14 +470,19 @@ impl Engine {
             }
             // Sleep until a packet, a post, a command or a timer. The flag is raised before
             // the last look at the queues, so a poster either sees it and wakes us or its
-            // work is seen here.
+            // work is seen here. The deadline is published before the flag: a poster that
+            // leaves its send to a polling thread (`QueuePair::schedule`) relies on it.
             let link = &shared.engines[idx];
+            // (While an application thread drives this engine, sends posted behind others
+            // are left to its next poll, unwoken: the engine looks again once that thread's
+            // inline window has passed.)
+            let inline_until = shared.inline_busy_until(idx).filter(|&t| t > core.now());
+            let deadline = [core.next_deadline(), quiet_until, inline_until].into_iter().flatten().min();
+            // Application threads that arm an earlier timer wake the engine.
+            link.engine_deadline.store(deadline.map_or(u64::MAX, |t| t.as_nanos()), Ordering::SeqCst);
             link.sleeping.store(true, Ordering::SeqCst);
             if link.posted.is_empty() && link.inbox.is_empty() && self.cmd_rx.is_empty() {
-                let deadline = [core.next_deadline(), quiet_until].into_iter().flatten().min();
                 let now = core.now();
-                // Application threads that arm an earlier timer wake the engine.
-                link.engine_deadline.store(deadline.map_or(u64::MAX, |t| t.as_nanos()), Ordering::SeqCst);
                 let mut timeout = deadline.map(|t| if t > now { t - now } else { Duration::ZERO });
                 if core.stats.dirty {
                     // Wake once more to publish the last counters of a burst.

@@ -629,7 +629,7 @@ impl QueuePair {
         // A send posted to an idle queue (a latency-bound application: one message at a
         // time) leaves from this thread at once; one posted behind others waits for the next
         // pass, which sends the queue's packets together (GSO batches).
-        self.schedule(before == 0, true);
+        self.schedule(before == 0, true, true);
         Ok(())
     }
 
@@ -651,7 +651,7 @@ impl QueuePair {
         for wr in checked {
             self.shared.send_wrq.push(wr);
         }
-        self.schedule(before == 0, true);
+        self.schedule(before == 0, true, true);
         Ok(())
     }
 
@@ -781,20 +781,21 @@ impl QueuePair {
         // engine that published ERR before it went to sleep is woken.)
         let lazy =
             matches!(self.state(), QpState::Init | QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe);
-        self.schedule(false, !lazy);
+        self.schedule(false, !lazy, false);
         Ok(())
     }
 
     /// Tells the engine the QP has new work; with `inline`, runs it on this thread instead
     /// when inline progress is on and no other thread is driving the device (otherwise the
     /// one that is, or the engine, woken if it sleeps when `wake` says so, takes it from the
-    /// queue).
+    /// queue). `send`: work requests for the send queue, which may be left to the thread
+    /// that polls the device (below).
     ///
     /// The QP is queued for the engine once until it takes its work (`scheduled`), but an
     /// inline send runs here even when it already is: a receive posted just before (queued,
     /// not run: [`QueuePair::post_recv`]) must not hand the send that follows to the engine
     /// thread.
-    fn schedule(&self, inline: bool, wake: bool) {
+    fn schedule(&self, inline: bool, wake: bool, send: bool) {
         let dev = &self.device.shared;
         let qpn = self.shared.qpn;
         let link = &dev.engines[dev.engine_of(qpn)];
@@ -802,7 +803,22 @@ impl QueuePair {
             link.posted.push(qpn);
         }
         let ran = inline && self.device.progress_inline_for(qpn, false);
-        if wake && !ran {
+        // A send posted behind others while an application thread drives the engine (it polls
+        // this device's CQs and makes the progress itself): its next poll takes this work
+        // with the rest of the queue (one GSO send). Waking the engine for it cost an eventfd
+        // write here and a wake-up there per post (8 % of a `send-bw -s 64` client's
+        // samples), and the engine then took the CPU the other side's poller needed. Left
+        // only when the engine looks again by itself before the poller's inline window (its
+        // last inline pass and 1 ms) has passed: an engine that went to sleep while the
+        // window was open sleeps no longer than it (`Engine::run`). A thread that stops
+        // polling to sleep on a CQ wakes it for what waits ([`super::Device::hear_engines`]).
+        let poller_takes_it = send && !inline && {
+            let idx = dev.engine_of(qpn);
+            dev.inline_busy_until(idx).is_some_and(|until| {
+                dev.now() < until && link.engine_deadline.load(Ordering::SeqCst) <= until.as_nanos()
+            })
+        };
+        if wake && !ran && !poller_takes_it {
             link.wake_if_sleeping();
         }
         if inline {
