@@ -523,11 +523,6 @@ impl DeviceShared {
         (at != 0).then(|| crate::transport::Time::from_nanos(at.saturating_add(INLINE_BUSY_NS)))
     }
 
-    /// The device's clock (what the engines' `Time` counts from).
-    pub(crate) fn now(&self) -> crate::transport::Time {
-        crate::transport::Time::from_nanos(self.epoch.elapsed().as_nanos() as u64)
-    }
-
     /// The engine that owns QP (or SRQ) number `n`: `n % engines`, exactly what the
     /// kernel-side steering program computes from a packet's destination QP.
     pub(crate) fn engine_of(&self, n: u32) -> usize {

@@ -640,9 +640,14 @@ impl Engine {
     }
 }
 
+/// The engine time of `at`: how long after the device's `epoch` (0 before it).
+fn engine_time(epoch: Instant, at: Instant) -> Time {
+    Time::from_nanos(at.saturating_duration_since(epoch).as_nanos() as u64)
+}
+
 impl Core {
     fn now(&self) -> Time {
-        Time::from_nanos(self.st.epoch.elapsed().as_nanos() as u64)
+        engine_time(self.st.epoch, Instant::now())
     }
 
     /// Has the backend's kernel filter admit QP `qpn` (see [`Backend::admit_qpns`]) before
@@ -727,7 +732,7 @@ impl Core {
         // (The one clock reading after the pass serves the stall clocks here and the caller's
         // pacing: an idle poll reads the clock twice, at the start and the end of its pass.)
         let end_at = Instant::now();
-        let end = Time::from_nanos(end_at.saturating_duration_since(self.st.epoch).as_nanos() as u64);
+        let end = engine_time(self.st.epoch, end_at);
         self.stall.record_hold(end, end - now);
         // So is a wait for a CPU of this thread between its passes (read once a millisecond).
         let epoch = self.st.epoch;
@@ -735,7 +740,7 @@ impl Core {
             if let Some((at, waited)) =
                 w.borrow_mut().get_or_insert_with(ThreadWaits::for_this_thread).poll(end_at)
             {
-                let at = Time::from_nanos(at.saturating_duration_since(epoch).as_nanos() as u64);
+                let at = engine_time(epoch, at);
                 self.stall.record_hold(at, waited);
             }
         });
@@ -797,10 +802,7 @@ impl Core {
     fn next_deadline(&self) -> Option<Time> {
         let held = self.st.held.iter().map(|h| h.until).min();
         let timer = self.st.timers.peek().map(|Reverse((t, _))| *t);
-        let backend = self
-            .backend
-            .next_deadline()
-            .map(|i| Time::from_nanos(i.saturating_duration_since(self.st.epoch).as_nanos() as u64));
+        let backend = self.backend.next_deadline().map(|i| engine_time(self.st.epoch, i));
         [held, timer, backend].into_iter().flatten().min()
     }
 

@@ -808,16 +808,17 @@ impl QueuePair {
         // with the rest of the queue (one GSO send). Waking the engine for it cost an eventfd
         // write here and a wake-up there per post (8 % of a `send-bw -s 64` client's
         // samples), and the engine then took the CPU the other side's poller needed. Left
-        // only when the engine looks again by itself before the poller's inline window (its
-        // last inline pass and 1 ms) has passed: an engine that went to sleep while the
-        // window was open sleeps no longer than it (`Engine::run`). A thread that stops
-        // polling to sleep on a CQ wakes it for what waits ([`super::Device::hear_engines`]).
-        let poller_takes_it = send && !inline && {
-            let idx = dev.engine_of(qpn);
-            dev.inline_busy_until(idx).is_some_and(|until| {
-                dev.now() < until && link.engine_deadline.load(Ordering::SeqCst) <= until.as_nanos()
-            })
-        };
+        // only when the engine looks again by itself no later than the end of the poller's
+        // inline window (its last inline pass and 1 ms): an engine that went to sleep while
+        // the window was open sleeps no longer than it (`Engine::run`), and one whose
+        // deadline has passed is up already. (No clock reading here: the deadline says it.)
+        // A thread that stops polling to sleep on a CQ wakes it for what waits
+        // ([`super::Device::hear_engines`]).
+        let poller_takes_it = send
+            && !inline
+            && dev
+                .inline_busy_until(dev.engine_of(qpn))
+                .is_some_and(|until| link.engine_deadline.load(Ordering::SeqCst) <= until.as_nanos());
         if wake && !ran && !poller_takes_it {
             link.wake_if_sleeping();
         }
