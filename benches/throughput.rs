@@ -202,18 +202,16 @@ fn main() {
         // (`rc` runs no UDP baseline: no ratio to it.)
         // (GSO+GRO: to the median of its three runs, which even pinned now and then read a
         // half or 1.6 times the other two; 64 B: to the mean of the runs before and after)
-        let mut g = [udpg.0, udpg2.0, udpg3.0];
-        g.sort_by(f64::total_cmp);
+        let g = median(&[udpg.0, udpg2.0, udpg3.0]);
         println!("  rc write / udp one-per-send  {:>6.2}", w.0 / udp1.0);
-        println!("  rc write / udp GSO+GRO       {:>6.2}", w.0 / g[1]);
-        println!("  rc read / udp GSO+GRO        {:>6.2}", r.0 / g[1]);
+        println!("  rc write / udp GSO+GRO       {:>6.2}", w.0 / g);
+        println!("  rc read / udp GSO+GRO        {:>6.2}", r.0 / g);
         // (The limit for the datagrams WRITE needs, the same bytes as two sends per 64 KiB
         // message, against the 15-per-send stream; and WRITE and READ against that limit.)
-        let mut sh = [udpw.0, udpw2.0, udpw3.0];
-        sh.sort_by(f64::total_cmp);
+        let sh = median(&[udpw.0, udpw2.0, udpw3.0]);
         println!(
             "  udp write-shaped / GSO+GRO   {:>6.2}  (medians: the limit for 2 sends per 64 KiB)",
-            sh[1] / g[1]
+            sh / g
         );
         println!("  rc write / udp write-shaped  {:>6.2}", w.0 / ((udpw.0 + udpw2.0) / 2.0));
         println!("  rc read / udp write-shaped   {:>6.2}", r.0 / ((udpw2.0 + udpw3.0) / 2.0));
@@ -668,6 +666,13 @@ fn spawn_env(
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     (c, out, line.trim().to_string())
+}
+
+/// The median of an odd number of runs.
+fn median(runs: &[f64]) -> f64 {
+    let mut sorted = runs.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[sorted.len() / 2]
 }
 
 /// Sends datagrams of `size` bytes, `gso` per system call, for `d`; returns (bytes/s,
