@@ -405,7 +405,10 @@ impl Engine {
                 core.set_quiet(false);
             }
             let now = core.now();
-            core.stall.sample(now, woke);
+            // (Not forced on waking: a wait for a CPU of SPACING or more after the wake-up
+            // also puts `now` that far past the last reading, so it is read then anyway;
+            // forcing it cost a `pread` of /proc per wake-up, thousands a second.)
+            core.stall.sample(now, false);
             if shares && (woke || share_looked.elapsed() >= SHARE_LOOK) {
                 share_looked = Instant::now();
                 work |= core.share_turn(now);

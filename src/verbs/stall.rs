@@ -6,9 +6,11 @@
 //! overloaded machine — is as slow to answer; a timer that counted that time would spend the
 //! retry budget on a busy machine, not a dead peer. Linux reports, per thread, the time it
 //! spent runnable but waiting on a run queue (`/proc/thread-self/schedstat`, second field,
-//! `CONFIG_SCHED_INFO`). The engine reads it at most once a millisecond while it works (under
-//! a microsecond a read), whenever it wakes from sleep, and before it fires timers; a wait of
-//! a millisecond or more between two readings is recorded as a stall.
+//! `CONFIG_SCHED_INFO`). The engine reads it at most once a millisecond (about a microsecond
+//! a read), also when it wakes from sleep, and always before it fires timers; a wait of a
+//! millisecond or more between two readings is recorded as a stall. A wake-up followed by
+//! such a wait is always read: the wait itself puts the clock a millisecond past the last
+//! reading.
 //!
 //! Short waits are ordinary scheduling latency on a loaded machine — every round trip there
 //! includes some — and the timeout already allows for them: a QP counts only the part of each
@@ -96,10 +98,15 @@ impl StallClock {
         if self.file.is_none() {
             return;
         }
+        self.sample_with(now, force, |c| c.read());
+    }
+
+    /// [`StallClock::sample`] with the reading taken by `read` (only when one is due).
+    fn sample_with(&mut self, now: Time, force: bool, read: impl FnOnce(&Self) -> Option<u64>) {
         if !force && self.last.is_some_and(|(t, _)| now - t < SPACING) {
             return;
         }
-        if let Some(total) = self.read() {
+        if let Some(total) = read(self) {
             self.record(now, total);
         }
     }
@@ -212,6 +219,26 @@ mod tests {
         assert_eq!(c.stalls.iter().map(|s| s.0).collect::<Vec<_>>(), vec![ms(50), ms(65), ms(70)]);
         assert_eq!(c.stalled_since(ms(0), Duration::ZERO), Duration::from_millis(37));
         assert_eq!(c.stalled_since(ms(40), Duration::ZERO), Duration::from_millis(17));
+    }
+
+    #[test]
+    fn a_wait_after_a_wake_up_is_read_without_forcing() {
+        // The engine samples unforced when it wakes (no /proc read per wake-up). A wake-up
+        // soon after the last reading reads nothing; one that then waited 5 ms for a CPU
+        // comes 5 ms later, so the reading is due and the wait is recorded where it ended.
+        let mut c = StallClock::unread();
+        c.sample_with(ms(10), true, |_| Some(0));
+        let mut read = false;
+        c.sample_with(Time::from_nanos(10_300_000), false, |_| {
+            read = true;
+            Some(200_000)
+        });
+        assert!(!read, "a reading within SPACING of the last is not taken");
+        c.sample_with(Time::from_nanos(15_300_000), false, |_| Some(5_200_000));
+        assert_eq!(
+            c.stalls.iter().copied().collect::<Vec<_>>(),
+            vec![(Time::from_nanos(15_300_000), Duration::from_micros(5200))]
+        );
     }
 
     #[test]
