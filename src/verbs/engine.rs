@@ -240,6 +240,9 @@ struct State {
     /// ([`DeviceConfig::hold_acks`](super::DeviceConfig::hold_acks), [`Hold`]): the QP,
     /// when the ACK leaves at the latest, and whether the engine thread held it.
     held: Vec<Held>,
+    /// Armed deadlines, `(when, qpn)` ([`CM_TIMER`] for the CM's). Re-arming pushes a new
+    /// entry and leaves the old one, superseded, in the heap; [`State::prune_timers`] drops
+    /// such entries from its head, so that the head is always a live deadline.
     timers: BinaryHeap<Reverse<(Time, u32)>>,
     epoch: Instant,
     port: u16,
@@ -802,7 +805,8 @@ impl Core {
         }
     }
 
-    fn next_deadline(&self) -> Option<Time> {
+    fn next_deadline(&mut self) -> Option<Time> {
+        self.st.prune_timers();
         let held = self.st.held.iter().map(|h| h.until).min();
         let timer = self.st.timers.peek().map(|Reverse((t, _))| *t);
         let backend = self.backend.next_deadline().map(|i| engine_time(self.st.epoch, i));
@@ -883,7 +887,8 @@ impl Core {
     }
 
     /// Whether a QP timer is due at `now`.
-    fn timer_due(&self, now: Time) -> bool {
+    fn timer_due(&mut self, now: Time) -> bool {
+        self.st.prune_timers();
         self.st.timers.peek().is_some_and(|Reverse((t, _))| *t <= now)
     }
 
@@ -1263,6 +1268,21 @@ struct Batch {
 }
 
 impl State {
+    /// Drops superseded deadlines (re-armed, disarmed, or of a QP that is gone) from the head
+    /// of the timer heap. A QP's ACK timer moves with every ACK, so a busy QP leaves
+    /// thousands of them a second; left at the head, each would come due, wake the sleeping
+    /// engine at its old time and run a pass of timers for nothing.
+    fn prune_timers(&mut self) {
+        let (qps, cm_timer) = (&self.qps, self.cm_timer);
+        prune_heap(&mut self.timers, |t, qpn| {
+            if qpn == CM_TIMER {
+                cm_timer == Some(t)
+            } else {
+                qps.get(&qpn).is_some_and(|s| s.timer == Some(t))
+            }
+        });
+    }
+
     /// This engine's part of the device's counters: its QPs', and on the IB CM's engine
     /// also the device-wide ones (see [`DeviceCounters::combine`]).
     fn counters(&self) -> DeviceCounters {
@@ -1860,4 +1880,40 @@ fn grh_of(d: &Datagram<'_>, v4: Option<RecoveredIpv4>) -> [u8; GRH_LEN] {
     let f = RoceFrameRepr { ip, src_port: d.src.port(), dst_port: d.dst_port, udp_checksum: false };
     let _ = f.emit_ip_header(&mut g[off..], d.payload.len());
     g
+}
+
+/// Pops entries of `heap` that are not `live` until its head is (or it is empty).
+fn prune_heap(heap: &mut BinaryHeap<Reverse<(Time, u32)>>, live: impl Fn(Time, u32) -> bool) {
+    while let Some(&Reverse((t, qpn))) = heap.peek() {
+        if live(t, qpn) {
+            break;
+        }
+        heap.pop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn superseded_deadlines_leave_the_head_of_the_timer_heap() {
+        let ms = |n: u64| Time::from_nanos(n * 1_000_000);
+        // QP 7's ACK timer re-armed four times (only 40 ms is live), QP 9 at 25 ms, QP 8 gone.
+        let mut heap: BinaryHeap<_> =
+            [(10, 7), (20, 7), (30, 7), (40, 7), (25, 9), (5, 8)].map(|(t, q)| Reverse((ms(t), q))).into();
+        let live = |t: Time, q: u32| (q == 7 && t == ms(40)) || (q == 9 && t == ms(25));
+        prune_heap(&mut heap, live);
+        // The head is QP 9's live deadline: the engine sleeps until 25 ms, not 5 or 10.
+        assert_eq!(heap.peek(), Some(&Reverse((ms(25), 9))));
+        // Stale entries behind a live head wait their turn (the heap is not scanned).
+        assert_eq!(heap.len(), 3);
+        heap.pop();
+        prune_heap(&mut heap, live);
+        assert_eq!(heap.peek(), Some(&Reverse((ms(40), 7))));
+        assert_eq!(heap.len(), 1);
+        heap.pop();
+        prune_heap(&mut heap, live);
+        assert!(heap.is_empty());
+    }
 }
