@@ -6,7 +6,14 @@
 //! cargo bench --bench throughput -- 5       # 5 s each
 //! cargo bench --bench throughput -- 2 tput  # the throughput rows only (no latency rows)
 //! cargo bench --bench throughput -- 2 noraw # without the raw backend's runs
+//! cargo bench --bench throughput -- 2 rounds 3 # all of it three times, then each ratio's
+//!                                               # median and range over the rounds
 //! ```
+//!
+//! `rounds N` works with `tput`, `noraw`, `lat` (and its test names) and the single-run
+//! filters (`send`, …: then the rates themselves are summarised). This machine has slow spells
+//! of seconds to tens of seconds in which everything runs at a third; one invocation can fall
+//! into one, the median of several rounds rarely does.
 //!
 //! - `udp 4 KiB, one datagram per send`: blocking `send_to` of 4140-byte datagrams (the size
 //!   of a PMTU-4096 RoCEv2 packet), receiver with `recvmmsg` + GRO.
@@ -105,7 +112,19 @@ fn main() {
         child(&role);
         return;
     }
-    let secs: f64 = std::env::args().skip(1).filter_map(|a| a.parse().ok()).next().unwrap_or(2.0);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // `-- rounds N`: the throughput and latency rows N times in a row, then each ratio's
+    // median and range over the rounds (a slow spell of the machine spoils one round, not
+    // the figure).
+    let rounds_at = args.iter().position(|a| a == "rounds");
+    let rounds: usize =
+        rounds_at.and_then(|i| args.get(i + 1)).and_then(|n| n.parse().ok()).unwrap_or(1).max(1);
+    let secs: f64 = args
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| rounds_at.is_none_or(|r| i != r + 1))
+        .find_map(|(_, a)| a.parse().ok())
+        .unwrap_or(2.0);
     let json = std::env::args().any(|a| a == "--json");
     if std::env::args().any(|a| a == "qps") {
         let n = std::env::args().skip(1).filter_map(|a| a.parse().ok()).next().unwrap_or(10_000);
@@ -113,7 +132,14 @@ fn main() {
         return;
     }
     if std::env::args().any(|a| a == "lat") {
-        latency(json);
+        let mut all = Vec::new();
+        for k in 0..rounds {
+            if rounds > 1 {
+                println!("round {} of {rounds}", k + 1);
+            }
+            all.push(latency(json));
+        }
+        summary(&all);
         return;
     }
     if std::env::args().any(|a| a == "shared") {
@@ -131,6 +157,47 @@ fn main() {
         engines(Duration::from_secs_f64(secs), nqps);
         return;
     }
+    let mut all = Vec::new();
+    for k in 0..rounds {
+        if rounds > 1 {
+            println!("round {} of {rounds}", k + 1);
+        }
+        let mut ratios = throughput(secs);
+        // `-- tput` leaves out the latency rows (the throughput rows and their ratios only).
+        if !std::env::args().any(|a| ["rc", "write", "read", "send", "tput"].contains(&a.as_str())) {
+            println!();
+            ratios.extend(latency(json));
+        }
+        all.push(ratios);
+    }
+    summary(&all);
+}
+
+/// After `rounds N` (N > 1): each ratio's median and range over the rounds.
+fn summary(all: &[Vec<(String, f64)>]) {
+    if all.len() < 2 {
+        return;
+    }
+    println!();
+    println!("ratios over {} rounds: median (min..max), then every round", all.len());
+    for (name, _) in &all[0] {
+        let v: Vec<f64> = all.iter().filter_map(|r| r.iter().find(|(n, _)| n == name).map(|x| x.1)).collect();
+        let mut sorted = v.clone();
+        sorted.sort_by(f64::total_cmp);
+        let each: Vec<String> = v.iter().map(|x| format!("{x:.2}")).collect();
+        println!(
+            "  {name:<30} {:>6.2} ({:.2}..{:.2})  {}",
+            median(&v),
+            sorted[0],
+            sorted[sorted.len() - 1],
+            each.join(" ")
+        );
+    }
+}
+
+/// One round of the throughput rows: prints them and their ratios, returns the ratios.
+fn throughput(secs: f64) -> Vec<(String, f64)> {
+    let mut ratios: Vec<(String, f64)> = Vec::new();
     // `cargo bench --bench throughput -- rc` runs only the softroce part (for profiling);
     // `-- write` / `-- read` / `-- send`: only that softroce run.
     let only = ["write", "read", "send"].into_iter().find(|k| std::env::args().any(|a| a == *k));
@@ -206,6 +273,8 @@ fn main() {
         println!("  rc write / udp one-per-send  {:>6.2}", w.0 / udp1.0);
         println!("  rc write / udp GSO+GRO       {:>6.2}", w.0 / g);
         println!("  rc read / udp GSO+GRO        {:>6.2}", r.0 / g);
+        ratios.push(("rc write / udp GSO+GRO".into(), w.0 / g));
+        ratios.push(("rc read / udp GSO+GRO".into(), r.0 / g));
         // (The limit for the datagrams WRITE needs, the same bytes as two sends per 64 KiB
         // message, against the 15-per-send stream; and WRITE and READ against that limit.)
         let sh = median(&[udpw.0, udpw2.0, udpw3.0]);
@@ -215,22 +284,33 @@ fn main() {
         );
         println!("  rc write / udp write-shaped  {:>6.2}", w.0 / ((udpw.0 + udpw2.0) / 2.0));
         println!("  rc read / udp write-shaped   {:>6.2}", r.0 / ((udpw2.0 + udpw3.0) / 2.0));
-        println!(
-            "  rc send 64 B / udp 64 B      {:>6.2}  (messages per second)",
-            s.1 / ((udp64.1 + udp64b.1) / 2.0)
-        );
+        let send = s.1 / ((udp64.1 + udp64b.1) / 2.0);
+        println!("  rc send 64 B / udp 64 B      {send:>6.2}  (messages per second)");
+        ratios.push(("udp write-shaped / GSO+GRO".into(), sh / g));
+        ratios.push(("rc write / udp write-shaped".into(), w.0 / ((udpw.0 + udpw2.0) / 2.0)));
+        ratios.push(("rc send 64 B / udp 64 B".into(), send));
     }
     if let Some(rw) = rw {
         println!("  raw rc write / udp rc write  {:>6.2}", rw.0 / w.0);
+        ratios.push(("raw rc write / udp rc write".into(), rw.0 / w.0));
     }
     if let Some(rs) = rs {
         println!("  raw rc send / udp rc send    {:>6.2}  (messages per second)", rs.1 / s.1);
+        ratios.push(("raw rc send / udp rc send".into(), rs.1 / s.1));
     }
-    // `-- tput` leaves out the latency rows (the throughput rows and their ratios only).
-    if !only_rc && !std::env::args().any(|a| a == "tput") {
-        println!();
-        latency(json);
+    if only_rc {
+        // (No baseline: the rates themselves, M msg/s and Gb/s.)
+        for (kind, name, v) in [
+            ("write", "rc write Gb/s", w.0 * 8.0 / 1e9),
+            ("read", "rc read Gb/s", r.0 * 8.0 / 1e9),
+            ("send", "rc send M msg/s", s.1 / 1e6),
+        ] {
+            if runs(kind) {
+                ratios.push((name.into(), v));
+            }
+        }
     }
+    ratios
 }
 
 /// The latency rows: the UDP busy-poll baseline, then `softroce perf *-lat` 2 B, each as a
@@ -238,7 +318,7 @@ fn main() {
 /// the mean of the two baselines around it: on this shared machine the baseline itself drifts
 /// by a fifth and more within a minute, and one baseline at the start left the last rows'
 /// ratios to that drift.
-fn latency(json: bool) {
+fn latency(json: bool) -> Vec<(String, f64)> {
     let iters = 20_000;
     let mut base = udp_pingpong(iters);
     let mut bases = vec![base];
@@ -296,6 +376,7 @@ fn latency(json: bool) {
         }
         println!("{}", serde_json::Value::Object(o));
     }
+    rows.into_iter().map(|(k, t, around)| (k, t / around)).collect()
 }
 
 /// This process's resident set in bytes (`VmRSS` of /proc/self/status).
@@ -668,11 +749,13 @@ fn spawn_env(
     (c, out, line.trim().to_string())
 }
 
-/// The median of an odd number of runs.
+/// The median of the runs (of an even number, the mean of the middle two).
 fn median(runs: &[f64]) -> f64 {
     let mut sorted = runs.to_vec();
     sorted.sort_by(f64::total_cmp);
-    sorted[sorted.len() / 2]
+    let n = sorted.len();
+    // (An even count: the mean of the middle two.)
+    if n.is_multiple_of(2) { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 } else { sorted[n / 2] }
 }
 
 /// Sends datagrams of `size` bytes, `gso` per system call, for `d`; returns (bytes/s,
