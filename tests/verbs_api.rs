@@ -433,3 +433,33 @@ fn gid_index_zero_works_on_loopback() {
     let wc = b.wait();
     assert_eq!((wc.wr_id, wc.status, wc.src_qp), (3, WcStatus::Success, ua.qp_num()));
 }
+
+#[test]
+fn sge_checks_follow_the_region_after_a_post_passed() {
+    // A post whose SGEs pass leaves this thread a memo of the region (later posts skip the
+    // table while nothing changed); the checks must still see an SGE leave the region, the
+    // region lose local write, move to another PD, come back, and go.
+    let d = dev();
+    let pd = d.alloc_pd().unwrap();
+    let pd2 = d.alloc_pd().unwrap();
+    let cq = d.create_cq(64).unwrap();
+    let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq)).unwrap();
+    qp.modify(&QpAttrs::init(Access::ALL)).unwrap();
+    let mut mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let sge = mr.sge(0, 64);
+    qp.post_recv(RecvWr::new(1, &[sge])).unwrap();
+    assert!(matches!(qp.post_recv(RecvWr::new(2, &[mr.sge(4064, 64)])), Err(Error::SgeOutOfRegion { .. })));
+    let mut wrapped = sge;
+    wrapped.addr = u64::MAX - 8;
+    assert!(matches!(qp.post_recv(RecvWr::new(2, &[wrapped])), Err(Error::SgeOutOfRegion { .. })));
+    qp.post_recv(RecvWr::new(3, &[sge])).unwrap();
+    mr.rereg(None, Some(Access::NONE)).unwrap();
+    assert!(matches!(qp.post_recv(RecvWr::new(4, &[sge])), Err(Error::NotLocalWrite(_))));
+    mr.rereg(Some(&pd2), Some(Access::LOCAL_WRITE)).unwrap();
+    assert!(matches!(qp.post_recv(RecvWr::new(5, &[sge])), Err(Error::PdMismatch(_))));
+    mr.rereg(Some(&pd), None).unwrap();
+    qp.post_recv(RecvWr::new(6, &[sge])).unwrap();
+    qp.post_recv(RecvWr::new(7, &[sge])).unwrap();
+    drop(mr);
+    assert!(matches!(qp.post_recv(RecvWr::new(8, &[sge])), Err(Error::BadLkey(_))));
+}

@@ -442,6 +442,13 @@ pub(crate) struct DeviceShared {
     pub port: PortAttr,
     pub attr: DeviceAttr,
     pub mrs: RwLock<MrTable>,
+    /// Changes whenever a registered region goes or changes (deregistration, `rereg`): a
+    /// value no earlier state of any device's table had ([`next_mr_generation`]). Posts
+    /// check their SGEs against a per-thread memo of the last region they checked while it
+    /// holds (`check_sges`), without taking `mrs`, whose lock word the engine takes too.
+    /// (On a cache line of its own: the lock word of `mrs` beside it is written by every
+    /// reader.)
+    pub mr_generation: crossbeam_utils::CachePadded<AtomicU64>,
     /// The engines, by index: QP `q` lives on engine `q % engines.len()`.
     pub engines: Vec<EngineLink>,
     pub events: SegQueue<AsyncEvent>,
@@ -1137,6 +1144,7 @@ impl Device {
             port: info.port,
             attr: info.attr,
             mrs: RwLock::new(MrTable::default()),
+            mr_generation: crossbeam_utils::CachePadded::new(AtomicU64::new(next_mr_generation())),
             engines: links,
             events: SegQueue::new(),
             event_hook: RwLock::new(None),
@@ -1657,6 +1665,13 @@ impl DeviceCounters {
         ])
         .chain(self.faults.iter())
     }
+}
+
+/// A value for [`DeviceShared::mr_generation`] that no device has had before (process-wide,
+/// so that a memo of one device's region can never match another device's table).
+pub(crate) fn next_mr_generation() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 #[cfg(test)]

@@ -885,6 +885,9 @@ impl MemoryRegion {
         let inner = table
             .rereg(self.inner.lkey, pd.map(|p| p.id), access)
             .ok_or(super::Error::InvalidArgument("the region is no longer registered"))?;
+        self.device
+            .mr_generation
+            .store(super::device::next_mr_generation(), std::sync::atomic::Ordering::Release);
         drop(table);
         self.inner = inner;
         Ok(())
@@ -966,7 +969,11 @@ impl MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        self.device.mrs.write().remove(self.inner.lkey);
+        let mut table = self.device.mrs.write();
+        table.remove(self.inner.lkey);
+        self.device
+            .mr_generation
+            .store(super::device::next_mr_generation(), std::sync::atomic::Ordering::Release);
     }
 }
 

@@ -88,6 +88,11 @@ impl MemoryWindow {
 
 impl Drop for MemoryWindow {
     fn drop(&mut self) {
-        self.device.mrs.write().remove_mw(&self.inner);
+        let mut table = self.device.mrs.write();
+        table.remove_mw(&self.inner);
+        // (A window's index is no region's; changed anyway, for the memo's sake.)
+        self.device
+            .mr_generation
+            .store(super::device::next_mr_generation(), std::sync::atomic::Ordering::Release);
     }
 }

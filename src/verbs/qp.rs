@@ -845,6 +845,20 @@ pub(crate) fn check_sges(
     sges: &[crate::transport::Sge],
     need_write: bool,
 ) -> Result<()> {
+    // The region this thread checked last, while no region of any device has gone or changed
+    // since: no lock, no table lookup (a post's SGE is nearly always in the region of the
+    // post before). Read before the table, so that a change during the check leaves a memo
+    // that no longer matches.
+    let generation = device.shared.mr_generation.load(Ordering::Acquire);
+    let memo = SGE_MEMO.get();
+    if memo.is_some_and(|m| {
+        m.generation == generation
+            && m.pd == pd
+            && (m.local_write || !need_write)
+            && sges.iter().all(|s| m.holds(s))
+    }) {
+        return Ok(());
+    }
     let table = device.shared.mrs.read();
     for s in sges {
         let mr = match table.local(pd, s.lkey.value()) {
@@ -863,6 +877,41 @@ pub(crate) fn check_sges(
         if need_write && !mr.access.contains(Access::LOCAL_WRITE) {
             return Err(Error::NotLocalWrite(s.lkey));
         }
+        SGE_MEMO.set(Some(SgeMemo {
+            generation,
+            pd,
+            lkey: s.lkey.value(),
+            addr: mr.addr,
+            len: mr.bytes.len() as u64,
+            local_write: mr.access.contains(Access::LOCAL_WRITE),
+        }));
     }
     Ok(())
+}
+
+/// A region that passed [`check_sges`] on this thread, and the table generation it passed
+/// in ([`super::device::DeviceShared::mr_generation`]).
+#[derive(Debug, Clone, Copy)]
+struct SgeMemo {
+    generation: u64,
+    pd: u32,
+    lkey: u32,
+    addr: u64,
+    len: u64,
+    local_write: bool,
+}
+
+impl SgeMemo {
+    /// Whether `s` lies in this region under its key (the checks of [`check_sges`]).
+    fn holds(&self, s: &crate::transport::Sge) -> bool {
+        s.lkey.value() == self.lkey
+            && s.addr
+                .checked_sub(self.addr)
+                .and_then(|o| o.checked_add(s.length as u64))
+                .is_some_and(|end| end <= self.len)
+    }
+}
+
+thread_local! {
+    static SGE_MEMO: std::cell::Cell<Option<SgeMemo>> = const { std::cell::Cell::new(None) };
 }
