@@ -164,13 +164,23 @@ fn main() {
         }
         let mut ratios = throughput(secs);
         // `-- tput` leaves out the latency rows (the throughput rows and their ratios only).
-        if !std::env::args().any(|a| ["rc", "write", "read", "send", "tput"].contains(&a.as_str())) {
+        if !only_rc() && !std::env::args().any(|a| a == "tput") {
             println!();
             ratios.extend(latency(json));
         }
         all.push(ratios);
     }
     summary(&all);
+}
+
+/// `-- write` / `-- read` / `-- send`: only that softroce run.
+fn only_run() -> Option<&'static str> {
+    ["write", "read", "send"].into_iter().find(|k| std::env::args().any(|a| a == *k))
+}
+
+/// Only softroce runs (`-- rc` or one of [`only_run`]): no UDP baseline, no latency rows.
+fn only_rc() -> bool {
+    only_run().is_some() || std::env::args().any(|a| a == "rc")
 }
 
 /// After `rounds N` (N > 1): each ratio's median and range over the rounds.
@@ -200,9 +210,9 @@ fn throughput(secs: f64) -> Vec<(String, f64)> {
     let mut ratios: Vec<(String, f64)> = Vec::new();
     // `cargo bench --bench throughput -- rc` runs only the softroce part (for profiling);
     // `-- write` / `-- read` / `-- send`: only that softroce run.
-    let only = ["write", "read", "send"].into_iter().find(|k| std::env::args().any(|a| a == *k));
+    let only = only_run();
     let runs = |kind: &str| only.is_none_or(|o| o == kind);
-    let only_rc = only.is_some() || std::env::args().any(|a| a == "rc");
+    let only_rc = only_rc();
     let d = Duration::from_secs_f64(secs);
     println!(
         "softroce throughput, two processes on loopback, {secs} s per run ({} cores)",
@@ -754,7 +764,6 @@ fn median(runs: &[f64]) -> f64 {
     let mut sorted = runs.to_vec();
     sorted.sort_by(f64::total_cmp);
     let n = sorted.len();
-    // (An even count: the mean of the middle two.)
     if n.is_multiple_of(2) { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 } else { sorted[n / 2] }
 }
 

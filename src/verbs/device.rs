@@ -508,6 +508,12 @@ const INLINE_BUSY_NS: u64 = 1_000_000;
 const CLOSE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl DeviceShared {
+    /// A region went or changed (call it with the MR table's write lock held): posts'
+    /// per-thread memos of checked regions no longer hold ([`DeviceShared::mr_generation`]).
+    pub(crate) fn mr_table_changed(&self) {
+        self.mr_generation.store(next_mr_generation(), Ordering::Release);
+    }
+
     /// Raises an asynchronous event: to the hook if one is set, else to the queue.
     pub(crate) fn raise(&self, ev: AsyncEvent) {
         let hook = self.event_hook.read().clone();
@@ -1669,7 +1675,7 @@ impl DeviceCounters {
 
 /// A value for [`DeviceShared::mr_generation`] that no device has had before (process-wide,
 /// so that a memo of one device's region can never match another device's table).
-pub(crate) fn next_mr_generation() -> u64 {
+fn next_mr_generation() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }

@@ -885,9 +885,7 @@ impl MemoryRegion {
         let inner = table
             .rereg(self.inner.lkey, pd.map(|p| p.id), access)
             .ok_or(super::Error::InvalidArgument("the region is no longer registered"))?;
-        self.device
-            .mr_generation
-            .store(super::device::next_mr_generation(), std::sync::atomic::Ordering::Release);
+        self.device.mr_table_changed();
         drop(table);
         self.inner = inner;
         Ok(())
@@ -971,9 +969,7 @@ impl Drop for MemoryRegion {
     fn drop(&mut self) {
         let mut table = self.device.mrs.write();
         table.remove(self.inner.lkey);
-        self.device
-            .mr_generation
-            .store(super::device::next_mr_generation(), std::sync::atomic::Ordering::Release);
+        self.device.mr_table_changed();
     }
 }
 

@@ -91,8 +91,6 @@ impl Drop for MemoryWindow {
         let mut table = self.device.mrs.write();
         table.remove_mw(&self.inner);
         // (A window's index is no region's; changed anyway, for the memo's sake.)
-        self.device
-            .mr_generation
-            .store(super::device::next_mr_generation(), std::sync::atomic::Ordering::Release);
+        self.device.mr_table_changed();
     }
 }
