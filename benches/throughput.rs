@@ -22,6 +22,12 @@
 //!   median of the three runs. Every UDP baseline pins its sender and receiver to two cores.
 //! - `udp 64 B, one datagram per send`: the datagram rate for small messages; run again after
 //!   the SEND row, which is compared with the mean of the two.
+//! - `udp write floor` and `udp send floor`: the datagrams of a 64 KiB WRITE (two GSO sends per
+//!   message) and 64 B SEND packets (80 bytes, GSO sends of 64), each with the work per datagram
+//!   RoCEv2 over UDP sockets cannot do without: a CRC-32 over every datagram at both ends (the
+//!   ICRC) and, at the receiver, a copy of the payload into a region. What any implementation
+//!   on this kernel and CPU could reach at best: the floors under the WRITE, READ and SEND rows,
+//!   measured before and after them.
 //! - `rc write 64 KiB, PMTU 4096`: RDMA WRITE bandwidth with 64 KiB messages, 64 in flight.
 //! - `rc read 64 KiB, PMTU 4096`: RDMA READ bandwidth, the same (the responder's 16 READs
 //!   outstanding, `max_dest_rd_atomic`, bound how many are in flight).
@@ -229,13 +235,20 @@ fn throughput(secs: f64) -> Vec<(String, f64)> {
     // that shape, before and after WRITE and after READ (each row against the two around it:
     // the machine has slow spells of tens of seconds in which everything runs at a third).
     let udpw = if only_rc { skip } else { udp_write_shaped(d) };
+    // The same with the work RoCEv2 over UDP sockets cannot do without (the ICRC at both
+    // ends, the receive copy): the floor under WRITE and READ, before WRITE and after READ.
+    let udpwf = if only_rc { skip } else { udp_write_floor(d) };
     let w = if runs("write") { rc_bench("write", 65536, d, "udp") } else { skip };
     let udpw2 = if only_rc { skip } else { udp_write_shaped(d) };
     let udpg2 = if only_rc { skip } else { udp_bench(4140, 15, d) };
     let r = if runs("read") { rc_bench("read", 65536, d, "udp") } else { skip };
     let udpw3 = if only_rc { skip } else { udp_write_shaped(d) };
     let udpg3 = if only_rc { skip } else { udp_bench(4140, 15, d) };
+    let udpwf2 = if only_rc { skip } else { udp_write_floor(d) };
+    // 64 B SEND packets in the engine's batches with the same work: the floor under SEND.
+    let udpsf = if only_rc { skip } else { udp_send_floor(d) };
     let s = if runs("send") { rc_bench("send", 64, d, "udp") } else { skip };
+    let udpsf2 = if only_rc { skip } else { udp_send_floor(d) };
     let udp64b = if only_rc { skip } else { udp_bench(64 + 28, 1, d) };
     // `-- noraw` leaves out the raw backend's runs.
     let raw = if std::env::args().any(|a| a == "noraw") {
@@ -261,6 +274,10 @@ fn throughput(secs: f64) -> Vec<(String, f64)> {
         row("udp in write's datagrams (2 per msg)", udpw.0, udpw.1);
         row("udp in write's datagrams, after write", udpw2.0, udpw2.1);
         row("udp in write's datagrams, after read", udpw3.0, udpw3.1);
+        row("udp write floor (+ ICRC, receive copy)", udpwf.0, udpwf.1);
+        row("udp write floor, after read", udpwf2.0, udpwf2.1);
+        row("udp send floor (64 B, GSO 64, + work)", udpsf.0, udpsf.1);
+        row("udp send floor, after send", udpsf2.0, udpsf2.1);
         row("udp 64 B, one datagram per send", udp64.0, udp64.1);
         row("udp 64 B, one per send, after send", udp64b.0, udp64b.1);
     }
@@ -299,6 +316,20 @@ fn throughput(secs: f64) -> Vec<(String, f64)> {
         ratios.push(("udp write-shaped / GSO+GRO".into(), sh / g));
         ratios.push(("rc write / udp write-shaped".into(), w.0 / ((udpw.0 + udpw2.0) / 2.0)));
         ratios.push(("rc send 64 B / udp 64 B".into(), send));
+        // (The floors: what the goals could be met by at best, and how near the rows are.)
+        let wf = (udpwf.0 + udpwf2.0) / 2.0;
+        let sf = (udpsf.1 + udpsf2.1) / 2.0;
+        let u64 = (udp64.1 + udp64b.1) / 2.0;
+        println!("  udp write floor / GSO+GRO    {:>6.2}  (the most WRITE and READ could reach)", wf / g);
+        println!("  rc write / udp write floor   {:>6.2}", w.0 / wf);
+        println!("  rc read / udp write floor    {:>6.2}", r.0 / wf);
+        println!("  udp send floor / udp 64 B    {:>6.2}  (the most SEND 64 B could reach)", sf / u64);
+        println!("  rc send 64 B / udp send floor {:>5.2}", s.1 / sf);
+        ratios.push(("udp write floor / GSO+GRO".into(), wf / g));
+        ratios.push(("rc write / udp write floor".into(), w.0 / wf));
+        ratios.push(("rc read / udp write floor".into(), r.0 / wf));
+        ratios.push(("udp send floor / udp 64 B".into(), sf / u64));
+        ratios.push(("rc send 64 B / udp send floor".into(), s.1 / sf));
     }
     if let Some(rw) = rw {
         println!("  raw rc write / udp rc write  {:>6.2}", rw.0 / w.0);
@@ -781,11 +812,31 @@ fn udp_bench(size: usize, gso: usize, d: Duration) -> (f64, f64) {
 /// one send holds at most 65,507 bytes: 15 of these packets). Returns (bytes/s, messages/s):
 /// the messages the receiver counted, in payload bytes as the WRITE row counts them.
 fn udp_write_shaped(d: Duration) -> (f64, f64) {
+    udp_write_shaped_with(d, false)
+}
+
+/// [`udp_write_shaped`] with the work per byte that RoCEv2 over UDP sockets cannot do without
+/// ([`udp_stream_with`], `roce_work`): the floor under RC WRITE on this machine's loopback.
+fn udp_write_floor(d: Duration) -> (f64, f64) {
+    udp_write_shaped_with(d, true)
+}
+
+fn udp_write_shaped_with(d: Duration, roce_work: bool) -> (f64, f64) {
     const FIRST: usize = 12 + 16 + 4096 + 4;
     const REST: usize = 12 + 4096 + 4;
-    let (bytes, _) = udp_stream(&[(FIRST, FIRST + REST), (REST, 14 * REST)], d);
+    let (bytes, _) = udp_stream_with(&[(FIRST, FIRST + REST), (REST, 14 * REST)], d, roce_work);
     let msgs = bytes / (FIRST + 15 * REST) as f64;
     (msgs * 65536.0, msgs)
+}
+
+/// 64 B SEND packets (BTH, 64 bytes, ICRC: 80-byte datagrams) in GSO sends of 64, as the engine
+/// batches them, with the work per packet RoCEv2 over UDP sockets cannot do without
+/// ([`udp_stream_with`], `roce_work`) and nothing of the protocol (no work requests,
+/// completions or ACKs): the floor under the SEND 64 B message rate. Returns (bytes/s,
+/// messages/s).
+fn udp_send_floor(d: Duration) -> (f64, f64) {
+    const PKT: usize = 12 + 64 + 4;
+    udp_stream_with(&[(PKT, 64 * PKT)], d, true)
 }
 
 /// Sends, over and over for `d`, one UDP send per `(segment size, bytes)` of `sends` (GSO
@@ -793,8 +844,20 @@ fn udp_write_shaped(d: Duration) -> (f64, f64) {
 /// pinned to core 0 to a receiver with GRO pinned to core 1; returns (bytes/s, datagrams/s)
 /// counted by the receiver.
 fn udp_stream(sends: &[(usize, usize)], d: Duration) -> (f64, f64) {
+    udp_stream_with(sends, d, false)
+}
+
+/// [`udp_stream`]; with `roce_work`, also the work per datagram that RoCEv2 over UDP sockets
+/// cannot do without, whatever the implementation: the sender computes a CRC-32 over each
+/// datagram and puts it in the last four bytes (the ICRC; with no copy out of the memory
+/// region, as a sender that gathers the payload straight from it would do), the receiver
+/// checks every one and copies what follows the 12-byte BTH into a 64 KiB region (a UDP socket
+/// cannot place a payload before its headers are read and checked). No header is built or
+/// parsed and the IPv4 identification is not recovered: a floor, not a model.
+fn udp_stream_with(sends: &[(usize, usize)], d: Duration, roce_work: bool) -> (f64, f64) {
     let size = sends[0].0;
-    let (mut child, mut out, addr) = spawn("udp-recv", &format!("{size}"));
+    let role_args = if roce_work { format!("{size} roce") } else { format!("{size}") };
+    let (mut child, mut out, addr) = spawn("udp-recv", &role_args);
     let dst: SocketAddr = addr.parse().unwrap();
     // Sender and receiver pinned to two cores, as the ping-pong baseline's threads are: left
     // to the scheduler they sometimes shared one and the limit read a third of itself
@@ -803,11 +866,18 @@ fn udp_stream(sends: &[(usize, usize)], d: Duration) -> (f64, f64) {
     pin(0);
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let state = quinn_udp::UdpSocketState::new((&sock).into()).unwrap();
-    let buf = vec![0x5au8; sends.iter().map(|s| s.1).max().unwrap_or(0)];
+    let mut buf = vec![0x5au8; sends.iter().map(|s| s.1).max().unwrap_or(0)];
     let start = Instant::now();
     while start.elapsed() < d {
         for _ in 0..64 {
             for &(seg, len) in sends {
+                if roce_work {
+                    for p in buf[..len].chunks_mut(seg) {
+                        let n = p.len() - 4;
+                        let crc = crc32fast::hash(&p[..n]);
+                        p[n..].copy_from_slice(&crc.to_le_bytes());
+                    }
+                }
                 let t = quinn_udp::Transmit {
                     destination: dst,
                     ecn: None,
@@ -826,6 +896,8 @@ fn udp_stream(sends: &[(usize, usize)], d: Duration) -> (f64, f64) {
     out.read_line(&mut line).unwrap();
     child.wait().unwrap();
     let f: Vec<f64> = line.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    // (The receiver counts datagrams whose CRC did not match: none may, or it measured nothing.)
+    assert!(f.get(3).is_none_or(|&bad| bad == 0.0), "udp-recv: {} datagrams with a bad CRC", f[3]);
     (f[0] / f[2], f[1] / f[2])
 }
 
@@ -1236,6 +1308,11 @@ fn child(role: &str) {
             let mut bufs: Vec<Vec<u8>> = (0..32).map(|_| vec![0u8; 65536]).collect();
             let mut metas = vec![quinn_udp::RecvMeta::default(); 32];
             let (mut bytes, mut dgrams) = (0u64, 0u64);
+            // `roce`: check each datagram's CRC and copy its payload into a region
+            // (`udp_stream_with`).
+            let roce_work = args.get(2) == Some(&"roce");
+            let mut region = vec![0u8; 65536];
+            let (mut at, mut bad) = (0usize, 0u64);
             let mut first: Option<Instant> = None;
             let mut last = Instant::now();
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
@@ -1246,10 +1323,28 @@ fn child(role: &str) {
                         let now = Instant::now();
                         first.get_or_insert(now);
                         last = now;
-                        for m in &metas[..n] {
+                        for (m, b) in metas[..n].iter().zip(&bufs) {
                             bytes += m.len as u64;
                             dgrams +=
                                 (m.len / m.stride.max(1)) as u64 + (m.len % m.stride.max(1) != 0) as u64;
+                            if roce_work {
+                                for p in b[..m.len].chunks(m.stride.max(1)) {
+                                    let Some(n) = p.len().checked_sub(4).filter(|&n| n >= 12) else {
+                                        bad += 1;
+                                        continue;
+                                    };
+                                    if crc32fast::hash(&p[..n]).to_le_bytes() != p[n..] {
+                                        bad += 1;
+                                        continue;
+                                    }
+                                    let payload = &p[12..n];
+                                    if at + payload.len() > region.len() {
+                                        at = 0;
+                                    }
+                                    region[at..at + payload.len()].copy_from_slice(payload);
+                                    at += payload.len();
+                                }
+                            }
                         }
                     }
                     Err(_) => std::thread::yield_now(),
@@ -1257,7 +1352,8 @@ fn child(role: &str) {
             }
             let secs = first.map_or(1.0, |f| (last - f).as_secs_f64().max(1e-9));
             let _ = size;
-            println!("{bytes} {dgrams} {secs}");
+            std::hint::black_box(&region);
+            println!("{bytes} {dgrams} {secs} {bad}");
         }
         _ => {
             let (kind, size, addr, backend) = (args[1], args[2].parse::<usize>().unwrap(), args[3], args[4]);
