@@ -1,5 +1,5 @@
 //! `CompletionQueue::resize` (`ibv_resize_cq`): grows and shrinks, keeps the completions it
-//! holds in order, refuses to shrink below them (as rxe) and outside 1..=max_cqe. Solicited-only notification (`ibv_req_notify_cq(cq, 1)`).
+//! holds in order, refuses to shrink below them (as rxe) and outside 1..=max_cqe. Solicited-only notification (`ibv_req_notify_cq(cq, 1)`), and what fires a notification.
 
 mod common;
 
@@ -87,4 +87,38 @@ fn solicited_only_notification() {
     for _ in 0..3 {
         assert_eq!(poll_one(&a.cq).status, WcStatus::Success);
     }
+}
+
+/// An armed CQ's notification fires when a completion is added to it, not for the packets of
+/// a QP that completed nothing: RDMA WRITEs the responder executes, the ACKs of unsignaled
+/// sends. (Every such packet woke a thread asleep on the CQ: 37,000 wake-ups a second of a
+/// WRITE target's application waiting for its next SEND.)
+#[test]
+fn notification_waits_for_a_completion() {
+    let (a, b) = udp_pair(4096, Mtu::Mtu1024);
+    let target = b.mr.remote(0);
+    b.qp.post_recv(RecvWr::new(9, &[b.mr.sge(0, 64)])).unwrap();
+    b.cq.req_notify();
+    a.cq.req_notify();
+    // Unsignaled WRITEs: nothing completes at either side while they are executed and ACKed.
+    for i in 0..20 {
+        let mut wr = SendWr::write(i, &[a.mr.sge(0, 3000)], target);
+        wr.signaled = false;
+        a.qp.post_send(wr).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(a.cq.ack_notify(), 0, "the ACKs of unsignaled WRITEs complete nothing");
+    assert_eq!(b.cq.ack_notify(), 0, "WRITEs executed at the responder complete nothing there");
+    // A signaled WRITE: its completion fires the requester's arm, once.
+    a.qp.post_send(SendWr::write(20, &[a.mr.sge(0, 3000)], target)).unwrap();
+    assert_eq!(poll_one(&a.cq).wr_id, 20);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(a.cq.ack_notify(), 1);
+    assert_eq!(b.cq.ack_notify(), 0);
+    // A SEND: the receive completion fires the responder's.
+    a.qp.post_send(SendWr::new(21, SendOp::Send, &[a.mr.sge(0, 8)])).unwrap();
+    assert_eq!(poll_one(&b.cq).wr_id, 9);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(b.cq.ack_notify(), 1);
+    assert_eq!(poll_one(&a.cq).wr_id, 21);
 }

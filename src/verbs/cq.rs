@@ -353,7 +353,9 @@ impl CompletionQueue {
             if !self.shared.queue.read().is_empty() {
                 return Ok(true);
             }
-            // (req_notify made quiet engines listen: this thread will not read the sockets.)
+            // (req_notify made quiet engines listen: this thread will not read the sockets,
+            // and no longer drives the engines either.)
+            self.device.polling_stops();
             // One system call to sleep (the descriptor's mode and timeout are left alone),
             // one to take the notification once it came.
             let mut pfd =

@@ -1240,6 +1240,17 @@ impl Device {
         }
     }
 
+    /// Ends the engines' inline windows ([`DeviceShared::inline_busy_until`]): the calling
+    /// thread, which made the last inline pass, is about to sleep on a CQ. An engine then works
+    /// as it does without a polling thread (it polls on for a while after work instead of
+    /// leaving the next packet to a poll that will not come) until some thread's next inline
+    /// pass opens a window again.
+    pub(crate) fn polling_stops(&self) {
+        for link in &self.shared.engines {
+            link.inline_at.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Makes quiet engines listen to their sockets again (see [`Device::quiet_engines`]). An
     /// engine whose state another thread holds (it may be this thread's caller, on the
     /// engine thread) is asked to, and woken. A sleeping engine with work posted to it is
