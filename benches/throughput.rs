@@ -311,7 +311,9 @@ fn throughput(secs: f64) -> Vec<(String, f64)> {
         );
         println!("  rc write / udp write-shaped  {:>6.2}", w.0 / ((udpw.0 + udpw2.0) / 2.0));
         println!("  rc read / udp write-shaped   {:>6.2}", r.0 / ((udpw2.0 + udpw3.0) / 2.0));
-        let send = s.1 / ((udp64.1 + udp64b.1) / 2.0);
+        // (64 B: the mean of the runs before and after SEND, for SEND and its floor)
+        let udp64_mean = (udp64.1 + udp64b.1) / 2.0;
+        let send = s.1 / udp64_mean;
         println!("  rc send 64 B / udp 64 B      {send:>6.2}  (messages per second)");
         ratios.push(("udp write-shaped / GSO+GRO".into(), sh / g));
         ratios.push(("rc write / udp write-shaped".into(), w.0 / ((udpw.0 + udpw2.0) / 2.0)));
@@ -319,16 +321,15 @@ fn throughput(secs: f64) -> Vec<(String, f64)> {
         // (The floors: what the goals could be met by at best, and how near the rows are.)
         let wf = (udpwf.0 + udpwf2.0) / 2.0;
         let sf = (udpsf.1 + udpsf2.1) / 2.0;
-        let u64 = (udp64.1 + udp64b.1) / 2.0;
         println!("  udp write floor / GSO+GRO    {:>6.2}  (the most WRITE and READ could reach)", wf / g);
         println!("  rc write / udp write floor   {:>6.2}", w.0 / wf);
         println!("  rc read / udp write floor    {:>6.2}", r.0 / wf);
-        println!("  udp send floor / udp 64 B    {:>6.2}  (the most SEND 64 B could reach)", sf / u64);
+        println!("  udp send floor / udp 64 B    {:>6.2}  (the most SEND 64 B could reach)", sf / udp64_mean);
         println!("  rc send 64 B / udp send floor {:>5.2}", s.1 / sf);
         ratios.push(("udp write floor / GSO+GRO".into(), wf / g));
         ratios.push(("rc write / udp write floor".into(), w.0 / wf));
         ratios.push(("rc read / udp write floor".into(), r.0 / wf));
-        ratios.push(("udp send floor / udp 64 B".into(), sf / u64));
+        ratios.push(("udp send floor / udp 64 B".into(), sf / udp64_mean));
         ratios.push(("rc send 64 B / udp send floor".into(), s.1 / sf));
     }
     if let Some(rw) = rw {
