@@ -37,7 +37,7 @@ use parking_lot::{Mutex, RwLock};
 use socket2::{Socket, Type};
 
 use super::backend::Datagram;
-use crate::wire::cm::Recipient;
+use crate::wire::mad::Recipient;
 use msg::Msg;
 use steer::SocketMap;
 
@@ -397,7 +397,7 @@ impl Share {
     /// answer to the member whose ID it names; the rest here.
     pub(crate) fn owner_of_mad(&self, mad: &[u8], dst: IpAddr) -> Owner {
         let Some(i) = self.addr_index(dst) else { return Owner::Mine };
-        let slot = match crate::wire::cm::recipient(mad) {
+        let slot = match crate::wire::mad::recipient(mad) {
             Recipient::Device => return Owner::Mine,
             Recipient::Id(id) => (id >> COMM_ID_SHIFT) as u8,
             Recipient::Service(sid) => {

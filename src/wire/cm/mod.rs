@@ -163,50 +163,6 @@ impl MsgResponse {
     }
 }
 
-/// Which end of a device a CM MAD is for, by the field that names it: what a device shared
-/// by several processes (each with its own connections and listeners) needs to hand the MAD
-/// to the right one. A new request names a service; every other message names the receiver's
-/// own communication ID (`Remote Communication ID`, data bytes 4..8: REP, RTU, DREQ, DREP,
-/// REJ, MRA, LAP, APR) or its SIDR request ID (SIDR_REP, bytes 0..4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Recipient {
-    /// Whoever listens on this service ID (REQ: data bytes 8..16; SIDR_REQ: 8..16).
-    Service(u64),
-    /// The end whose communication ID (or SIDR request ID) this is.
-    Id(u32),
-    /// The device as a whole: ClassPortInfo, other classes, or a MAD too short to tell.
-    Device,
-}
-
-/// The [`Recipient`] of MAD `mad` (header and data). Never panics.
-pub fn recipient(mad: &[u8]) -> Recipient {
-    use super::mad::MAD_HEADER_LEN;
-    let (Some(&class), Some(attr)) = (mad.get(1), mad.get(16..18)) else { return Recipient::Device };
-    if class != MGMT_CLASS_CM {
-        return Recipient::Device;
-    }
-    let data = &mad[MAD_HEADER_LEN.min(mad.len())..];
-    let u32_at = |at: usize| data.get(at..at + 4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-    let u64_at =
-        |at: usize| data.get(at..at + 8).map(|b| u64::from_be_bytes(b.try_into().unwrap_or_default()));
-    let r = match CmAttr::from_u16(u16::from_be_bytes([attr[0], attr[1]])) {
-        Some(CmAttr::Req | CmAttr::SidrReq) => u64_at(8).map(Recipient::Service),
-        Some(CmAttr::SidrRep) => u32_at(0).map(Recipient::Id),
-        Some(
-            CmAttr::Rep
-            | CmAttr::Rtu
-            | CmAttr::Dreq
-            | CmAttr::Drep
-            | CmAttr::Rej
-            | CmAttr::Mra
-            | CmAttr::Lap
-            | CmAttr::Apr,
-        ) => u32_at(4).map(Recipient::Id),
-        Some(CmAttr::ClassPortInfo) | None => None,
-    };
-    r.unwrap_or(Recipient::Device)
-}
-
 /// The transport a REQ asks for, from its Transport Service Type and Extended Transport Type
 /// (`cm_req_get_qp_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

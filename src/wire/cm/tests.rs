@@ -2,7 +2,7 @@
 //! cm/udaddy.pcap frames 1-2), and the lossless round trip of every message type.
 
 use super::*;
-use crate::wire::mad::{MAD_LEN, Mad, MadBody, MadRepr, unsupported_method_response};
+use crate::wire::mad::{MAD_LEN, Mad, MadBody, MadRepr, Recipient, recipient, unsupported_method_response};
 
 fn hex(s: &str) -> [u8; MAD_LEN] {
     let v: Vec<u8> = (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect();
