@@ -7,7 +7,9 @@
 
 use super::Time;
 use super::memory::Memory;
-use super::qp::{Qp, QpType, WqeState};
+use super::qp::{Qp, QpType};
+use super::sgl::scatter;
+use super::wqe::{SendWqe, WqeState};
 use super::wr::{Payload, SendOp, WcStatus};
 use crate::wire::aeth::{NakCode, Syndrome, rnr_timer_ns};
 use crate::wire::{AethRepr, Opcode, Operation, Packet, Position};
@@ -38,7 +40,7 @@ const BUSY_PATIENCE: u32 = 32;
 impl Qp {
     /// Every packet of the WQE went out at least once: a cumulative ACK may complete it, even
     /// if a go-back-N rewind has put it back to resending (state `Processing`).
-    fn fully_sent(&self, w: &super::qp::SendWqe) -> bool {
+    fn fully_sent(&self, w: &SendWqe) -> bool {
         w.state == WqeState::Pending
             || (w.state == WqeState::Processing && w.last_psn.is_before(self.req.max_psn))
     }
@@ -538,31 +540,4 @@ impl Qp {
         }
         CompSt::CompAck
     }
-}
-
-/// Writes `data` into a scatter/gather list starting `offset` bytes in (local write access).
-pub(crate) fn scatter<M: Memory>(
-    mem: &M,
-    pd: u32,
-    list: &[super::wr::Sge],
-    offset: u64,
-    data: &[u8],
-) -> Result<(), super::memory::MemError> {
-    let mut skip = offset;
-    let mut done = 0usize;
-    for sge in list {
-        if done == data.len() {
-            break;
-        }
-        let len = sge.length as u64;
-        if skip >= len {
-            skip -= len;
-            continue;
-        }
-        let n = ((len - skip) as usize).min(data.len() - done);
-        mem.write_local(pd, sge.lkey.value(), sge.addr + skip, &data[done..done + n])?;
-        done += n;
-        skip = 0;
-    }
-    if done == data.len() { Ok(()) } else { Err(super::memory::MemError::OutOfBounds) }
 }

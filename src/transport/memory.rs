@@ -9,6 +9,8 @@
 
 use core::cell::RefCell;
 
+use super::ids::{Lkey, Rkey};
+
 /// Access rights of a memory region (`ibv_access_flags`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Access(u32);
@@ -56,6 +58,25 @@ impl core::ops::BitOr for Access {
     fn bitor(self, rhs: Access) -> Access {
         Access(self.0 | rhs.0)
     }
+}
+
+/// The operands of a memory-window bind (`ibv_mw_bind_info` plus the keys rxe's WQE carries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MwBind {
+    /// The window's current rkey (`mw->rkey`): the bind fails when it is not.
+    pub mw_rkey: Rkey,
+    /// The rkey the window has after the bind: its low 8 bits (the key) replace the
+    /// window's, the upper 24 (the index) are the window's.
+    pub new_rkey: Rkey,
+    /// The memory region the window opens (ignored for a zero length bind, which unbinds a
+    /// type 1 window).
+    pub lkey: Lkey,
+    /// First byte of the window (an address inside the region).
+    pub addr: u64,
+    /// Length of the window in bytes.
+    pub length: u64,
+    /// Remote rights the window grants (`mw_access_flags`).
+    pub access: Access,
 }
 
 /// Why a memory access was refused.
@@ -132,7 +153,7 @@ pub trait Memory {
     fn invalidate_remote(&self, pd: u32, qpn: u32, rkey: u32) -> Result<(), MemError>;
     /// Binds a memory window (`IBV_WR_BIND_MW`, run by QP `qpn` of protection domain `pd`).
     /// Memory without windows refuses every bind.
-    fn bind_mw(&self, pd: u32, qpn: u32, bind: &super::wr::MwBind) -> Result<(), MemError> {
+    fn bind_mw(&self, pd: u32, qpn: u32, bind: &MwBind) -> Result<(), MemError> {
         let _ = (pd, qpn, bind);
         Err(MemError::BadWindow)
     }

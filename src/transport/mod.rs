@@ -28,22 +28,24 @@ pub mod memory;
 mod qp;
 pub mod requester;
 pub mod responder;
+mod sgl;
 pub mod sim;
 mod srq;
 mod unreliable;
+mod wqe;
 pub mod wr;
 
 pub use counters::Counters;
 pub use ids::{Lkey, Qkey, Qpn, Rkey};
 pub use memory::{Access, AtomicOp, MemError, Memory, VecMemory, VecRegion};
 pub use qp::{
-    GRH_LEN, LOCAL_ACK_STRETCH, MAX_MSG_SIZE, MAX_RD_ATOMIC, ModifyError, Mtu, PROBE_MIN, PostError, Qp,
-    QpAttr, QpAttrUpdate, QpCaps, QpEvent, QpState, QpTuning, QpType, TAIL_PROBE_MIN, check_send_wr,
+    LOCAL_ACK_STRETCH, MAX_MSG_SIZE, MAX_RD_ATOMIC, ModifyError, Mtu, PROBE_MIN, PostError, Qp, QpAttr,
+    QpAttrUpdate, QpCaps, QpEvent, QpState, QpTuning, QpType, TAIL_PROBE_MIN, check_send_wr,
 };
 pub use srq::{Srq, SrqError};
 pub use wr::{
-    MwBind, NetworkHdr, Payload, RecvWr, RemoteAddr, SendOp, SendWr, SgList, Sge, UdDest, WcOpcode, WcStatus,
-    WorkCompletion,
+    GRH_LEN, MwBind, NetworkHdr, Payload, RecvWr, RemoteAddr, SendOp, SendWr, SgList, Sge, UdDest, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 
 /// A point in time: nanoseconds since an epoch the driver chooses (the engine: its start;

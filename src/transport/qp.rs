@@ -18,14 +18,10 @@ use std::time::Duration;
 use super::counters::Counters;
 use super::ids::{Qkey, Qpn};
 use super::memory::{Access, Memory};
-use super::responder::RespState;
-use super::wr::{Payload, RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
+use super::wqe::{CompState, PROBE_MAX_BACKOFF, Recovery, ReqState, RespState, SendWqe, WqeState};
+use super::wr::{GRH_LEN, Payload, RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
 use super::{Time, Transmit};
 use crate::wire::{Packet, Psn, Transport};
-
-/// Bytes at the start of a UD receive buffer that hold the packet's global route header
-/// (for RoCEv2: its IP header).
-pub const GRH_LEN: usize = 40;
 
 /// Queue pair transport service type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -363,38 +359,6 @@ pub enum QpEvent {
     LastWqeReached,
 }
 
-/// Where a send WQE stands (rxe's `wqe_state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WqeState {
-    /// Not started.
-    Posted,
-    /// Some packets sent.
-    Processing,
-    /// All packets sent, waiting for the acknowledgement (RC).
-    Pending,
-    /// Finished without acknowledgement (UC/UD) — ready to complete.
-    Done,
-    /// Failed; `status` says how.
-    Error,
-}
-
-/// A send work request as the requester and completer track it.
-#[derive(Debug, Clone)]
-pub(crate) struct SendWqe {
-    pub wr: SendWr,
-    pub len: u64,
-    pub state: WqeState,
-    pub status: WcStatus,
-    pub first_psn: Psn,
-    pub last_psn: Psn,
-    /// SEND/WRITE: bytes already put into packets.
-    pub sent: u64,
-    /// READ: bytes already placed by READ responses.
-    pub read_done: u64,
-    /// Took one of the `max_rd_atomic` credits.
-    pub has_rd_atomic: bool,
-}
-
 /// Tunables that are not IBTA attributes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpTuning {
@@ -423,167 +387,15 @@ impl Default for QpTuning {
     }
 }
 
-/// Requester state (rxe's `qp->req`).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ReqState {
-    /// Next PSN to send.
-    pub psn: Psn,
-    /// One past the furthest PSN ever sent: go-back-N rewinds `psn`, not this.
-    pub max_psn: Psn,
-    /// Index into the send queue of the next WQE to send from.
-    pub wqe_index: usize,
-    /// Packets sent since the last AckReq.
-    pub noack_pkts: u32,
-    /// READ/atomic credits left.
-    pub rd_atomic: u8,
-    /// A go-back-N retransmission is due.
-    pub need_retry: bool,
-    /// A local error stopped the requester; it waits for the completer to reach the failed WQE.
-    pub error: bool,
-    /// Waiting for the RNR timer before retrying.
-    pub wait_rnr: bool,
-    /// The packet whose acknowledgement times the round trip: its PSN and when it left
-    /// (only new packets are timed, and a go-back-N rewind forgets it: Karn's rule).
-    pub timed: Option<(Psn, Time)>,
-    /// The tail probe is due: the next packet is the oldest unacknowledged one, alone.
-    pub tail_probe_due: bool,
-    /// Set AckReq on the packet being built (the tail probe's).
-    pub force_ack_req: bool,
-}
-
-/// Completer state (rxe's `qp->comp`).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct CompState {
-    /// Oldest unacknowledged PSN.
-    pub psn: Psn,
-    /// Inside a multi-packet READ response: the last response opcode seen.
-    pub opcode: Option<crate::wire::Opcode>,
-    /// Retries left.
-    pub retry_cnt: u8,
-    /// RNR retries left.
-    pub rnr_retry: u8,
-    /// A retry is under way; duplicate NAKs do not start another.
-    pub started_retry: bool,
-    /// Since when stale responses have been deferring the local ACK timer without progress.
-    pub busy_since: Option<Time>,
-    /// Stale or early responses received since the last progress (the peer's evidence of
-    /// being busy; see `Qp::busy_budget`).
-    pub busy_seen: u64,
-    /// Stale responses the peer may still send: the PSNs outstanding at each go-back-N
-    /// rewind or tail probe (a peer like rxe replays every duplicate READ in full), less the
-    /// stale responses seen since; at most `retry_cnt + 1` times the most outstanding at a
-    /// rewind (see `Qp::note_replay_requested`).
-    pub replays_owed: u64,
-}
-
 /// The default least probe interval ([`QpTuning::probe_min`]).
 pub const PROBE_MIN: Duration = Duration::from_millis(2);
 
 /// The default least tail probe interval ([`QpTuning::tail_probe_min`]).
 pub const TAIL_PROBE_MIN: Duration = Duration::from_micros(250);
 
-/// Most doublings of the probe interval while probes go unanswered.
-const PROBE_MAX_BACKOFF: u32 = 6;
-
-/// Early loss recovery, softroce's own, on the requester side. The IBTA local ACK timer `T`
-/// (67 ms at the usual timeout 14) is the only way a requester learns that the packet a
-/// sequence NAK asked for, the NAK itself, or the last packets of a burst were lost: the
-/// responder sends one NAK per gap and then stays silent (C9-110). Waiting `T` for each such
-/// loss made recovery cost more than the losses. So the requester measures the round trip
-/// (RFC 6298's smoothed RTT and variance, from the acknowledgement of one new packet at a
-/// time) and, when nothing has been acknowledged for `srtt + 4 × rttvar` (at least
-/// [`QpTuning::probe_min`], doubling while the probes go unanswered), goes back N from the oldest
-/// unacknowledged PSN, exactly as a sequence NAK would have made it do. On the wire this is
-/// an ordinary retransmission (duplicates are answered by every responder); it does not take
-/// one of `retry_cnt` and does not touch the local ACK timer, which still ends a dead
-/// connection after `retry_cnt` timeouts.
-///
-/// Go-back-N throws away every packet sent behind a lost one, so a loss costs the window in
-/// flight. After a loss (a NAK, an implied NAK, a probe; not a local ACK timeout, which here
-/// mostly means a peer kept from a CPU) the window (`cwnd`, at most `max_unacked_psns`)
-/// halves, to no less than [`CWND_MIN`], and grows back by [`CWND_INCREASE`] PSNs per window acknowledged; while
-/// it is reduced, AckReq is set at least every half window so that the ACKs keep it moving.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Recovery {
-    /// Smoothed round-trip time, once measured.
-    pub srtt: Option<Duration>,
-    /// Round-trip variation.
-    pub rttvar: Duration,
-    /// When the probe fires.
-    pub probe_at: Option<Time>,
-    /// When the probe was armed (what stalls are measured from).
-    pub probe_armed: Time,
-    /// Probes sent since the last progress.
-    pub backoff: u32,
-    /// The in-flight window in PSNs after losses (0: not reduced, the tuning's
-    /// `max_unacked_psns`).
-    pub cwnd: u32,
-    /// Acknowledged PSNs times [`CWND_INCREASE`] not yet turned into window growth.
-    pub cwnd_credit: u32,
-    /// When the tail probe fires (see the tail probe in the loss recovery notes on `Qp`).
-    pub tail_at: Option<Time>,
-    /// The PSN the tail probe resent, until a response at or beyond it arrives.
-    pub tail_psn: Option<Psn>,
-}
-
-/// Smallest in-flight window after losses, in PSNs.
-pub(crate) const CWND_MIN: u32 = 16;
-
-/// PSNs the in-flight window grows by per window of acknowledged PSNs.
-pub(crate) const CWND_INCREASE: u32 = 16;
-
-impl Recovery {
-    /// Takes a round-trip sample (RFC 6298, section 2).
-    pub(crate) fn sample(&mut self, rtt: Duration) {
-        match self.srtt {
-            None => {
-                self.srtt = Some(rtt);
-                self.rttvar = rtt / 2;
-            }
-            Some(srtt) => {
-                let err = rtt.abs_diff(srtt);
-                self.rttvar = (self.rttvar * 3 + err) / 4;
-                self.srtt = Some((srtt * 7 + rtt) / 8);
-            }
-        }
-    }
-
-    /// The in-flight window in PSNs, at most `max`.
-    pub(crate) fn window(&self, max: u32) -> u32 {
-        if self.cwnd == 0 { max } else { self.cwnd.min(max) }
-    }
-
-    /// A loss was detected (a sequence NAK, an implied NAK, a probe): halve the window. A
-    /// local ACK timeout does not: in a userspace stack it is mostly a peer kept from a CPU,
-    /// which a smaller window does not help (it made runs on a saturated machine slower and
-    /// more likely to run out of retries).
-    pub(crate) fn on_loss(&mut self, max: u32) {
-        let floor = CWND_MIN.min(max).max(1);
-        self.cwnd = (self.window(max) / 2).max(floor);
-        self.cwnd_credit = 0;
-    }
-
-    /// `acked` PSNs were acknowledged: grow the window by [`CWND_INCREASE`] per window's
-    /// worth (additive increase, as TCP's congestion avoidance with a larger step).
-    pub(crate) fn on_ack(&mut self, max: u32, acked: u32) {
-        if self.cwnd == 0 {
-            return;
-        }
-        self.cwnd_credit = self.cwnd_credit.saturating_add(acked.saturating_mul(CWND_INCREASE));
-        let grow = self.cwnd_credit / self.cwnd;
-        self.cwnd_credit %= self.cwnd;
-        self.cwnd = self.cwnd.saturating_add(grow);
-        if self.cwnd >= max {
-            self.cwnd = 0;
-            self.cwnd_credit = 0;
-        }
-    }
-
-    /// The probe interval (at least `min`), if a round trip was measured.
-    pub(crate) fn interval(&self, min: Duration) -> Option<Duration> {
-        let srtt = self.srtt?;
-        Some((srtt + self.rttvar * 4).max(min) * (1 << self.backoff.min(PROBE_MAX_BACKOFF)))
-    }
+/// Number of packets a transfer of `len` bytes takes at `mtu` (at least one).
+pub(crate) fn packets_for(len: u64, mtu: u64) -> u32 {
+    len.div_ceil(mtu).max(1) as u32
 }
 
 /// A queue pair as a sans-IO state machine.

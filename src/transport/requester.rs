@@ -4,56 +4,16 @@
 //! `rxe_requester()` makes its decisions: retry rewind, next WQE, SQ drain, fence, PSN window,
 //! opcode choice, READ/atomic credit, packet, PSN bookkeeping, retransmit timer.
 
-use super::memory::{MemError, Memory};
-use super::qp::{Qp, QpState, QpType, WqeState};
-use super::wr::{Payload, SendOp, WcStatus};
+use super::memory::Memory;
+use super::qp::{Qp, QpState, QpType, packets_for};
+use super::sgl::gather;
+use super::wqe::WqeState;
+use super::wr::{SendOp, WcStatus};
 use super::{Time, Transmit};
 use crate::wire::{
     AtomicEthRepr, BthRepr, DethRepr, Headers, IethRepr, ImmDtRepr, Opcode, Operation, PacketRepr, Position,
     RethRepr,
 };
-
-/// Copies `dst.len()` bytes of a work request's payload, starting `offset` bytes in.
-pub(crate) fn gather<M: Memory>(
-    mem: &M,
-    pd: u32,
-    payload: &Payload,
-    offset: u64,
-    dst: &mut [u8],
-) -> Result<(), MemError> {
-    match payload {
-        Payload::Inline(b) => {
-            let s = usize::try_from(offset).map_err(|_| MemError::OutOfBounds)?;
-            let src = b.get(s..s + dst.len()).ok_or(MemError::OutOfBounds)?;
-            dst.copy_from_slice(src);
-            Ok(())
-        }
-        Payload::Sges(list) => {
-            let mut skip = offset;
-            let mut out = 0usize;
-            for sge in list {
-                if out == dst.len() {
-                    break;
-                }
-                let len = sge.length as u64;
-                if skip >= len {
-                    skip -= len;
-                    continue;
-                }
-                let n = ((len - skip) as usize).min(dst.len() - out);
-                mem.read_local(pd, sge.lkey.value(), sge.addr + skip, &mut dst[out..out + n])?;
-                out += n;
-                skip = 0;
-            }
-            if out == dst.len() { Ok(()) } else { Err(MemError::OutOfBounds) }
-        }
-    }
-}
-
-/// Number of packets a transfer of `len` bytes takes at `mtu` (at least one).
-pub(crate) fn packets_for(len: u64, mtu: u64) -> u32 {
-    len.div_ceil(mtu).max(1) as u32
-}
 
 impl Qp {
     pub(crate) fn mtu(&self) -> u64 {

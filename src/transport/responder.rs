@@ -15,184 +15,17 @@
 //! arrives, so a later, unfenced WRITE from the same requester may be visible in them — the
 //! requester's fence (`IBV_SEND_FENCE`) orders the two, as on hardware.
 
-use std::collections::VecDeque;
-
-use super::completer::scatter;
 use super::ids::{Qpn, Rkey};
 use super::memory::{Access, AtomicOp, MemError, Memory};
-use super::qp::{Qp, QpEvent, QpState, QpType};
-use super::wr::{RecvWr, WcOpcode, WcStatus, WorkCompletion};
+use super::qp::{Qp, QpEvent, QpState, QpType, packets_for};
+use super::sgl::scatter;
+use super::wqe::{CurRecv, RdmaCursor, Resource, Response};
+use super::wr::{WcOpcode, WcStatus, WorkCompletion};
 use super::{Time, Transmit};
 use crate::wire::aeth::{NakCode, Syndrome};
 use crate::wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, Opcode, Operation, Packet, PacketRepr, Position, Psn,
 };
-
-/// Most responses queued at once; beyond this, new ACKs are dropped (the requester's timer
-/// recovers) so that a flood of AckReq packets cannot grow memory without bound.
-const MAX_QUEUED_RESPONSES: usize = 1024;
-
-/// A receive WQE being filled.
-#[derive(Debug, Clone)]
-pub(crate) struct CurRecv {
-    pub wr: RecvWr,
-    pub offset: u64,
-}
-
-/// The RDMA target of the message in progress (rxe's `qp->resp` va/rkey/resid/length).
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct RdmaCursor {
-    pub va: u64,
-    pub rkey: u32,
-    pub resid: u64,
-    pub length: u32,
-}
-
-/// A responder resource: what a READ or atomic needs to be answered again when its request
-/// is duplicated.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Resource {
-    Read { first_psn: Psn, last_psn: Psn, rkey: u32, va: u64, length: u32 },
-    Atomic { psn: Psn, orig: u64 },
-}
-
-/// A queued response.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Response {
-    Ack {
-        psn: Psn,
-        syndrome: Syndrome,
-        msn: u32,
-    },
-    AtomicAck {
-        psn: Psn,
-        orig: u64,
-        msn: u32,
-    },
-    /// `replay`: the answer to a duplicate of a READ whose first answer was sent in full.
-    Read {
-        psn: Psn,
-        rkey: u32,
-        va: u64,
-        resid: u64,
-        first: bool,
-        msn: u32,
-        replay: bool,
-    },
-}
-
-/// Responder state (rxe's `qp->resp`).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct RespState {
-    /// The PSN expected next.
-    pub psn: Psn,
-    /// One after the PSN of the last executed SEND/WRITE/atomic packet.
-    pub ack_psn: Psn,
-    /// Message sequence number (24 bits on the wire).
-    pub msn: u32,
-    /// Last executed opcode, for the opcode sequence check.
-    pub opcode: Option<Opcode>,
-    /// A PSN-sequence NAK was sent for the current gap.
-    pub sent_psn_nak: bool,
-    /// UC: the message in progress lost a packet; drop until the next First/Only.
-    pub drop_msg: bool,
-    pub recv: Option<CurRecv>,
-    pub rdma: RdmaCursor,
-    pub resources: Vec<Option<Resource>>,
-    pub res_head: usize,
-    pub out: VecDeque<Response>,
-    /// Fault injection ([`Qp::force_rnr_nak`]): the next new SEND is answered with an RNR NAK.
-    pub forced_rnr: bool,
-    /// A forced RNR NAK was sent since the driver last asked.
-    pub forced_rnr_sent: bool,
-}
-
-impl RespState {
-    pub(crate) fn reset_psn(&mut self, psn: Psn) {
-        self.psn = psn;
-        self.ack_psn = psn;
-        self.sent_psn_nak = false;
-    }
-
-    pub(crate) fn resize_resources(&mut self, n: usize) {
-        self.resources = vec![None; n];
-        self.res_head = 0;
-    }
-
-    pub(crate) fn has_output(&self) -> bool {
-        !self.out.is_empty()
-    }
-
-    /// One response queued, and it is a positive ACK.
-    pub(crate) fn only_plain_ack(&self) -> bool {
-        self.out.len() == 1
-            && matches!(self.out.front(), Some(Response::Ack { syndrome: Syndrome::Ack { .. }, .. }))
-    }
-
-    fn push(&mut self, r: Response, counters: &mut super::Counters) {
-        if let (
-            Response::Ack { psn, syndrome: Syndrome::Ack { .. }, msn },
-            Some(Response::Ack { psn: last, syndrome: Syndrome::Ack { .. }, msn: last_msn }),
-        ) = (r, self.out.back_mut())
-        {
-            // A cumulative ACK covers the one queued before it: send only the later.
-            if !psn.is_before(*last) {
-                *last = psn;
-                *last_msn = msn;
-            }
-            counters.ack_deferred += 1;
-            return;
-        }
-        if self.out.len() >= MAX_QUEUED_RESPONSES {
-            counters.rcvd_dropped += 1;
-            return;
-        }
-        self.out.push_back(r);
-    }
-
-    fn add_resource(&mut self, r: Resource) {
-        if self.resources.is_empty() {
-            return;
-        }
-        let i = self.res_head % self.resources.len();
-        self.resources[i] = Some(r);
-        self.res_head = (i + 1) % self.resources.len();
-    }
-
-    /// READ responses queued and not fully sent, replays of duplicates left out: a requester
-    /// that keeps to `max_rd_atomic` may have completed those READs from their first answers
-    /// (which crossed its retransmission) and sent new ones. Replays are bounded anyway: one
-    /// per READ the responder remembers (a duplicate of one still queued restarts it).
-    fn reads_in_progress(&self) -> usize {
-        self.out.iter().filter(|r| matches!(r, Response::Read { replay: false, .. })).count()
-    }
-
-    /// On entering the error state: flush the receive queue and the receive WQE in progress
-    /// with `WR_FLUSH_ERR`, forget READ responses not yet sent (the NAK that caused the error
-    /// and the ACKs queued before it still go out).
-    pub(crate) fn flush_in_error(
-        &mut self,
-        qpn: u32,
-        rq: &mut VecDeque<RecvWr>,
-        wcs: &mut VecDeque<WorkCompletion>,
-    ) {
-        if let Some(cur) = self.recv.take() {
-            wcs.push_back(WorkCompletion::new(
-                cur.wr.wr_id,
-                WcStatus::WrFlushErr,
-                WcOpcode::Recv,
-                Qpn::new(qpn),
-            ));
-        }
-        while let Some(wr) = rq.pop_front() {
-            wcs.push_back(WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, Qpn::new(qpn)));
-        }
-        self.out.retain(|r| !matches!(r, Response::Read { .. }));
-        self.resources.iter_mut().for_each(|r| *r = None);
-        self.opcode = None;
-        self.drop_msg = false;
-    }
-}
 
 /// What a failed check does (rxe's error states, §6.6 of docs/design/rxe-behaviour.md).
 struct Fatal {
@@ -215,7 +48,7 @@ impl Qp {
         &mut self,
         _now: Time,
         pkt: &Packet<'_>,
-        grh: Option<&[u8; super::qp::GRH_LEN]>,
+        grh: Option<&[u8; super::wr::GRH_LEN]>,
         mem: &M,
     ) {
         match self.qp_type {
@@ -414,7 +247,7 @@ impl Qp {
             }
             Operation::RdmaReadRequest => {
                 let c = self.resp.rdma;
-                let npkts = super::requester::packets_for(c.resid, mtu);
+                let npkts = packets_for(c.resid, mtu);
                 self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
                 let last_psn = psn.add(npkts - 1);
                 self.resp.add_resource(Resource::Read {

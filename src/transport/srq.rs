@@ -15,8 +15,8 @@ use std::collections::VecDeque;
 
 use super::Time;
 use super::memory::Memory;
-use super::qp::{GRH_LEN, PostError, Qp};
-use super::wr::RecvWr;
+use super::qp::{PostError, Qp};
+use super::wr::{GRH_LEN, RecvWr};
 use crate::wire::{Operation, Packet};
 
 /// A bad `modify_srq`.

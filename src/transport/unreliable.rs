@@ -24,12 +24,12 @@
 //!   already given up) is dropped, where rxe takes a First/Only with any unexpected PSN as a
 //!   new message and so delivers a duplicated SEND Only twice.
 
-use super::completer::scatter;
 use super::ids::Qpn;
 use super::memory::{Access, Memory};
-use super::qp::{GRH_LEN, Qp};
-use super::responder::CurRecv;
-use super::wr::{NetworkHdr, RecvWr, WcOpcode, WcStatus, WorkCompletion, sg_len};
+use super::qp::Qp;
+use super::sgl::scatter;
+use super::wqe::{CurRecv, RdmaCursor};
+use super::wr::{GRH_LEN, NetworkHdr, RecvWr, WcOpcode, WcStatus, WorkCompletion, sg_len};
 use crate::wire::{Opcode, Operation, Packet, Position};
 
 impl Qp {
@@ -135,7 +135,7 @@ impl Qp {
 
         // CHK_RKEY.
         if let Some(reth) = pkt.reth() {
-            self.resp.rdma = super::responder::RdmaCursor {
+            self.resp.rdma = RdmaCursor {
                 va: reth.va(),
                 rkey: reth.rkey(),
                 resid: reth.dma_len() as u64,

@@ -3,7 +3,11 @@
 use smallvec::SmallVec;
 
 use super::ids::{Lkey, Qkey, Qpn, Rkey};
-use super::memory::Access;
+pub use super::memory::MwBind;
+
+/// Bytes at the start of a UD receive buffer that hold the packet's global route header
+/// (for RoCEv2: its IP header).
+pub const GRH_LEN: usize = 40;
 
 /// A scatter/gather entry: `length` bytes at `addr` in the memory region with key `lkey`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -71,25 +75,6 @@ pub enum SendOp {
     /// `IBV_WR_LOCAL_INV`: invalidates a type 2 memory window's (or an invalidatable
     /// region's) rkey (a local operation).
     LocalInv(Rkey),
-}
-
-/// The operands of a memory-window bind (`ibv_mw_bind_info` plus the keys rxe's WQE carries).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MwBind {
-    /// The window's current rkey (`mw->rkey`): the bind fails when it is not.
-    pub mw_rkey: Rkey,
-    /// The rkey the window has after the bind: its low 8 bits (the key) replace the
-    /// window's, the upper 24 (the index) are the window's.
-    pub new_rkey: Rkey,
-    /// The memory region the window opens (ignored for a zero length bind, which unbinds a
-    /// type 1 window).
-    pub lkey: Lkey,
-    /// First byte of the window (an address inside the region).
-    pub addr: u64,
-    /// Length of the window in bytes.
-    pub length: u64,
-    /// Remote rights the window grants (`mw_access_flags`).
-    pub access: Access,
 }
 
 impl SendOp {
@@ -425,7 +410,7 @@ impl NetworkHdr {
     /// The layout of a GRH area as the responder fills it: IPv6 when byte 0 carries IP
     /// version 6, IPv4 when byte 20 carries version 4, else none (an area of zeros: the packet
     /// came without its network header).
-    pub fn of_grh_area(area: &[u8; super::qp::GRH_LEN]) -> Option<NetworkHdr> {
+    pub fn of_grh_area(area: &[u8; GRH_LEN]) -> Option<NetworkHdr> {
         if area[0] >> 4 == 6 {
             Some(NetworkHdr::Ipv6)
         } else if area[20] >> 4 == 4 {
