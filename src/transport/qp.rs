@@ -96,6 +96,11 @@ impl Mtu {
             .into_iter()
             .find(|m| *m as u32 == v)
     }
+    /// The active MTU rxe derives from a netdev MTU: the netdev MTU minus the largest header
+    /// stack (80 bytes), rounded down to an IB MTU, at least 256.
+    pub fn active_for_netdev(netdev_mtu: u32) -> Mtu {
+        Mtu::largest_within(netdev_mtu.saturating_sub(80))
+    }
     /// The largest IB MTU that fits in `n` bytes (at least 256), as rxe derives the active
     /// MTU from the netdev MTU minus headers.
     pub fn largest_within(n: u32) -> Mtu {
@@ -1336,4 +1341,18 @@ impl Qp {
 /// answer either, and a probe would be premature.
 fn kept_from_running(stalled: &impl Fn(Time) -> Duration, armed: Time, waited: Duration) -> bool {
     stalled(armed).min(waited) * 2 >= waited
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn active_mtu_from_netdev() {
+        assert_eq!(Mtu::active_for_netdev(1500), Mtu::Mtu1024);
+        assert_eq!(Mtu::active_for_netdev(2128), Mtu::Mtu2048);
+        assert_eq!(Mtu::active_for_netdev(9000), Mtu::Mtu4096);
+        assert_eq!(Mtu::active_for_netdev(65536), Mtu::Mtu4096);
+        assert_eq!(Mtu::active_for_netdev(300), Mtu::Mtu256);
+    }
 }

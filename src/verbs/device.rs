@@ -13,9 +13,9 @@ use parking_lot::{Mutex, RwLock};
 use super::backend::memory::MemoryNetwork;
 use super::engine::{Command, Engine};
 use super::error::{Error, Result};
-use super::gid::{Gid, GidIndex, GidType, active_mtu_for_netdev};
 use super::mr::MrTable;
 use crate::transport::{Counters, Mtu};
+use crate::wire::gid::{Gid, GidIndex, GidType};
 
 /// The IANA port of RoCEv2.
 pub const ROCE_PORT: u16 = crate::wire::ROCEV2_UDP_PORT;
@@ -971,7 +971,7 @@ impl DeviceInfo {
             u64::from_be_bytes(Gid::link_local_from_mac(mac).0[8..].try_into().unwrap_or_default());
         let addresses = served_ips(cfg, &iface, ip);
         let gids = gid_table(&addresses);
-        let active = active_mtu_for_netdev(iface.mtu);
+        let active = Mtu::active_for_netdev(iface.mtu);
         Ok(DeviceInfo {
             name: cfg.name.clone().unwrap_or_else(|| "softroce0".into()),
             ip,

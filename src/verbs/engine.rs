@@ -34,7 +34,6 @@ use super::cq::CqShared;
 use super::device::{AsyncEvent, DeviceCounters, DeviceShared, EngineLink, Forwarded, MAX_FORWARDED};
 use super::error::{Error, Result};
 use super::flood::{self, FloodWatch};
-use super::gid::{Gid, rc_udp_sport, ud_udp_sport};
 use super::mr::MrTable;
 use super::qp::{AddressVector, QpAttrs, QpInfo, QpShared};
 use super::rundir::RunDir;
@@ -45,6 +44,7 @@ use crate::transport::{Counters, GRH_LEN, Qp, QpType, Qpn, Srq, Time, WcOpcode, 
 use crate::wire::bth::BthRepr;
 use crate::wire::cm::RejReason;
 use crate::wire::deth::DethRepr;
+use crate::wire::gid::{Gid, rc_udp_sport, ud_udp_sport};
 use crate::wire::icrc::{self, RecoveredIpv4};
 use crate::wire::mad::MAD_LEN;
 use crate::wire::roce::{IpRepr, RoceFrameRepr};

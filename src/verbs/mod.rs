@@ -133,7 +133,7 @@ pub mod engine;
 pub mod error;
 mod faults;
 mod flood;
-pub mod gid;
+pub use crate::wire::gid;
 pub mod mr;
 pub mod mw;
 pub mod pacer;

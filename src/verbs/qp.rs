@@ -13,7 +13,6 @@ use super::cq::{CompletionQueue, CqShared};
 use super::device::Device;
 use super::engine::Command;
 use super::error::{Error, Result};
-use super::gid::{Gid, GidIndex};
 use super::pd::ProtectionDomain;
 use super::srq::{SharedReceiveQueue, SrqInner, SrqShared};
 use crate::transport::{
@@ -21,6 +20,7 @@ use crate::transport::{
     RecvWr, SendWr,
 };
 use crate::wire::Psn;
+use crate::wire::gid::{Gid, GidIndex};
 
 /// Creation attributes (`ibv_qp_init_attr`).
 #[derive(Debug, Clone, Copy)]

@@ -289,6 +289,7 @@ pub mod cm;
 pub mod cma;
 pub mod deth;
 pub mod feth;
+pub mod gid;
 pub mod icrc;
 pub mod ieth;
 pub mod immdt;

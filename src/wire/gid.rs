@@ -157,16 +157,9 @@ pub fn ud_udp_sport(qpn: u32) -> u16 {
     0xc000 + (h & 0x3fff) as u16
 }
 
-/// The active MTU rxe derives from a netdev MTU: the netdev MTU minus the largest header
-/// stack (80 bytes), rounded down to an IB MTU, at least 256.
-pub fn active_mtu_for_netdev(netdev_mtu: u32) -> crate::transport::Mtu {
-    crate::transport::Mtu::largest_within(netdev_mtu.saturating_sub(80))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::Mtu;
 
     #[test]
     fn gid_forms() {
@@ -190,14 +183,5 @@ mod tests {
         assert_eq!(ud_udp_sport(17), 0xdf94);
         assert_eq!(ud_udp_sport(18), 0xf806);
         assert_eq!(ud_udp_sport(1), 0xd872);
-    }
-
-    #[test]
-    fn mtu_from_netdev() {
-        assert_eq!(active_mtu_for_netdev(1500), Mtu::Mtu1024);
-        assert_eq!(active_mtu_for_netdev(2128), Mtu::Mtu2048);
-        assert_eq!(active_mtu_for_netdev(9000), Mtu::Mtu4096);
-        assert_eq!(active_mtu_for_netdev(65536), Mtu::Mtu4096);
-        assert_eq!(active_mtu_for_netdev(300), Mtu::Mtu256);
     }
 }
