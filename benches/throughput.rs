@@ -93,7 +93,7 @@
 //! `softroce perf write-bw -s 65536` and `send-bw -s 64` (the tool's CQ loop spins, as
 //! perftest's does) with both processes free to use every CPU, then with both on one CPU, each
 //! with the CQ poll's pacing on (the default) and off (`SOFTROCE_POLL_YIELD=0`,
-//! `softroce::verbs::pacer`), interleaved, `rounds` times (3 by default); the ratio of one CPU
+//! `softroce::engine::pacer`), interleaved, `rounds` times (3 by default); the ratio of one CPU
 //! to all, per mode. With the pacing off a poller that finds nothing keeps its CPU until its
 //! time slice ends, while the peer's engine on the same CPU waits to acknowledge.
 //!

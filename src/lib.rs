@@ -58,6 +58,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod engine;
 pub mod faults;
 pub mod prelude;
 pub mod transport;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use softroce::verbs::rundir::KEEP_ENDED;
+use softroce::engine::rundir::KEEP_ENDED;
 use softroce::verbs::*;
 
 /// A fresh private directory under the system temp directory.

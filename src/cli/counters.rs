@@ -3,12 +3,12 @@
 //! Every device's engine publishes its counters — kernel rxe's hw_counters names, then the
 //! receive path's own — in a small file under [`softroce::verbs::device::counters_dir`]
 //! (`/run/softroce` as root), rewritten while the device is busy and at its end. An ended
-//! device's final counters stay for [`softroce::verbs::rundir::RETAIN_ENDED`] (the
-//! [`softroce::verbs::rundir::KEEP_ENDED`] most recent ended devices).
+//! device's final counters stay for [`softroce::engine::rundir::RETAIN_ENDED`] (the
+//! [`softroce::engine::rundir::KEEP_ENDED`] most recent ended devices).
 
 use std::collections::BTreeMap;
 
-use softroce::verbs::rundir::{HEADER_KEYS, Header, RunDir, RunDirError};
+use softroce::engine::rundir::{HEADER_KEYS, Header, RunDir, RunDirError};
 
 use super::common::{CliError, exit, report};
 
@@ -40,7 +40,7 @@ pub struct Published {
 }
 
 /// Reads every published counters file (of this user, or root's; see
-/// [`softroce::verbs::rundir`]).
+/// [`softroce::engine::rundir`]).
 pub fn read_all() -> Result<Vec<Published>, RunDirError> {
     let dir = RunDir::for_reading()?;
     let mut out = Vec::new();

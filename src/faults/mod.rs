@@ -9,7 +9,7 @@
 //!
 //! This module is the pure part: the [`spec`] parser and the [`fate()`] of a packet, a function
 //! of the seed and of the packet's identity only. The verbs layer wraps the device's packet
-//! backend in a decorator that applies them (`verbs::backend::faults`), keeps the `fault_*`
+//! backend in a decorator that applies them (`engine::backend::faulty`), keeps the `fault_*`
 //! counters and prints the summary line. docs/faults.md has the recipes,
 //! docs/design/faults.md the design.
 

@@ -162,10 +162,10 @@ impl CompletionQueue {
         // Every engine first runs what was posted to its QPs; then one resizes.
         for idx in 1..dev.engines.len() {
             let cq = self.shared.clone();
-            dev.call_on(idx, |reply| super::engine::Command::ResizeCq { cq, cqe: None, reply })??;
+            dev.call_on(idx, |reply| crate::engine::core::Command::ResizeCq { cq, cqe: None, reply })??;
         }
         let cq = self.shared.clone();
-        dev.call_on(0, |reply| super::engine::Command::ResizeCq { cq, cqe: Some(cqe), reply })?
+        dev.call_on(0, |reply| crate::engine::core::Command::ResizeCq { cq, cqe: Some(cqe), reply })?
     }
 
     /// `ibv_poll_cq`: moves up to `out.len()` completions into `out` without blocking;
@@ -175,7 +175,7 @@ impl CompletionQueue {
     /// empty CQ makes progress on the calling thread (reads what has arrived, sends what was
     /// posted) before it looks again, as a busy-polling application on an HCA expects; and a
     /// thread whose polls keep finding nothing yields its CPU when the CPU is contended or
-    /// after 50 µs ([`super::DeviceConfig::poll_yield`], [`super::pacer`]).
+    /// after 50 µs ([`super::DeviceConfig::poll_yield`], [`crate::engine::pacer`]).
     pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
         let mut n = self.take(out);
         if n == 0 && !out.is_empty() {
@@ -194,7 +194,7 @@ impl CompletionQueue {
     }
 
     /// After a poll on a device with inline progress: gives the CPU away when this thread's
-    /// polling is idle and the CPU is wanted elsewhere ([`super::pacer`]).
+    /// polling is idle and the CPU is wanted elsewhere ([`crate::engine::pacer`]).
     /// `found`: the completions the poll returns.
     fn pace(&self, pass: super::device::Pass, found: &[WorkCompletion]) {
         if !self.device.inline_progress() {
@@ -435,7 +435,7 @@ fn poller_stays(wcs: &[WorkCompletion]) -> bool {
 /// in a callback and polls on: with the usual [`QUIET_AFTER`] polls in vain, a third of the
 /// answers still woke an engine thread, and the half round trip was twice as long in the
 /// slow runs). An application that then neither sends nor polls is heard again by the
-/// engine itself after [`super::engine::QUIET_LIMIT`].
+/// engine itself after [`crate::engine::core::QUIET_LIMIT`].
 pub(crate) fn hear_after_send(device: &Device) {
     if HEAR_AFTER_SEND.replace(false) {
         device.hear_engines();
@@ -450,5 +450,5 @@ thread_local! {
     /// Polls in a row that ran a pass and found nothing (see [`QUIET_AFTER`]).
     static EMPTY_POLLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     /// This thread's polling history, for [`CompletionQueue::pace`].
-    static PACER: std::cell::Cell<super::pacer::Pacer> = const { std::cell::Cell::new(super::pacer::Pacer::new()) };
+    static PACER: std::cell::Cell<crate::engine::pacer::Pacer> = const { std::cell::Cell::new(crate::engine::pacer::Pacer::new()) };
 }

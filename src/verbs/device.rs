@@ -10,10 +10,10 @@ use crossbeam_channel::{Receiver, Sender};
 use crossbeam_queue::SegQueue;
 use parking_lot::{Mutex, RwLock};
 
-use super::backend::memory::MemoryNetwork;
-use super::engine::{Command, Engine};
 use super::error::{Error, Result};
 use super::mr::MrTable;
+use crate::engine::backend::memory::MemoryNetwork;
+use crate::engine::core::{Command, Engine};
 use crate::transport::{Counters, Mtu};
 use crate::wire::gid::{Gid, GidIndex, GidType};
 
@@ -34,7 +34,7 @@ pub enum BackendKind {
     #[default]
     Udp,
     /// An `AF_PACKET` socket on the network interface of the address (needs `CAP_NET_RAW`;
-    /// see [`super::backend::raw`]): whole frames built by softroce, every received ICRC
+    /// see [`crate::engine::backend::raw`]): whole frames built by softroce, every received ICRC
     /// checked over the real IP header. Opened by interface name, the device serves every
     /// address of the interface (IPv4 and IPv6, each a GID); opened by address, that address.
     Raw,
@@ -88,7 +88,7 @@ pub struct DeviceConfig {
     pub inline_progress: bool,
     /// With inline progress, an application thread whose CQ polls find nothing gives its
     /// CPU away (`sched_yield`) when the CPU is contended or after 50 µs of polling in vain
-    /// ([`super::pacer`]), so that the threads that must do the work it waits for — the
+    /// ([`crate::engine::pacer`]), so that the threads that must do the work it waits for — the
     /// peer's engine on the same host, another process — are not kept waiting for the end of
     /// its time slice. On by default; `SOFTROCE_POLL_YIELD=0` turns it off for every device
     /// the process opens.
@@ -301,7 +301,7 @@ pub struct DeviceAttr {
 pub(crate) struct RxCounters {
     pub icrc_err: AtomicU64,
     pub malformed: AtomicU64,
-    /// Of `malformed`: per [`super::backend::filter::Junk`] reason but the last (unknown QPs
+    /// Of `malformed`: per [`crate::engine::backend::filter::Junk`] reason but the last (unknown QPs
     /// are `unknown_qp`).
     pub junk: [AtomicU64; 7],
     pub unknown_qp: AtomicU64,
@@ -367,7 +367,7 @@ pub(crate) struct EngineLink {
     /// An application thread asked a quiet engine to listen again while its state was held.
     pub hear: AtomicBool,
     /// When an application thread last read this engine's socket inline (engine-clock ns;
-    /// 0: never): a quiet engine listens again [`super::engine::QUIET_LIMIT`] after it.
+    /// 0: never): a quiet engine listens again [`crate::engine::core::QUIET_LIMIT`] after it.
     pub read_at: AtomicU64,
     /// Datagrams this engine read from its own socket.
     pub rcvd: AtomicU64,
@@ -488,11 +488,11 @@ pub(crate) struct DeviceShared {
     /// [`DeviceConfig::hold_acks`].
     pub hold_acks: bool,
     /// The device's part of a shared address ([`DeviceConfig::share`]); `None`: unshared.
-    pub share: Option<Arc<super::share::Share>>,
+    pub share: Option<Arc<crate::engine::share::Share>>,
     /// QP numbers in use (a member of a shared address has 2^18 of them and reuses them).
     pub qpns: Mutex<std::collections::HashSet<u32>>,
     /// Fault injection ([`DeviceConfig::faults`]), if any.
-    pub faults: Option<Arc<super::faults::FaultState>>,
+    pub faults: Option<Arc<crate::engine::injector::FaultState>>,
 }
 
 /// The engine's outlet for IB CM events: `(endpoint, now, event)`.
@@ -642,7 +642,7 @@ impl std::ops::BitOr for Pass {
 }
 
 /// One turn of inline progress on an engine's state, unless another thread holds it.
-fn progress_on(core: &Mutex<super::engine::Core>, recv: bool) -> Pass {
+fn progress_on(core: &Mutex<crate::engine::core::Core>, recv: bool) -> Pass {
     let Some(mut c) = core.try_lock() else { return Pass::default() };
     c.progress_inline(recv)
 }
@@ -651,7 +651,7 @@ struct EngineHandle {
     shared: Arc<DeviceShared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// The engines' state, by index, for application threads' inline progress (empty: off).
-    cores: Vec<Arc<Mutex<super::engine::Core>>>,
+    cores: Vec<Arc<Mutex<crate::engine::core::Core>>>,
     /// The addresses and UDP port the engines bind (see [`closing`]).
     bound: Vec<(IpAddr, u16)>,
 }
@@ -1025,7 +1025,7 @@ impl Device {
     /// Opens a device on a local address or interface.
     pub fn open(cfg: DeviceConfig) -> Result<Device> {
         let info = DeviceInfo::query(&cfg)?;
-        let faults = super::faults::FaultState::open(cfg.faults.as_deref())?;
+        let faults = crate::engine::injector::FaultState::open(cfg.faults.as_deref())?;
         let ip = info.ip;
         let rx = Arc::new(RxCounters::default());
         let mut threads = cfg.engine_threads.clamp(1, MAX_ENGINE_THREADS);
@@ -1045,10 +1045,10 @@ impl Device {
         };
         closing::wait(&bound, CLOSE_PATIENCE);
         // A shared address's membership, held until its engines run and it has steered.
-        let mut joining: Option<super::share::Joining> = None;
-        let backends: Vec<Box<dyn super::backend::Backend>> = match &cfg.backend {
+        let mut joining: Option<crate::engine::share::Joining> = None;
+        let backends: Vec<Box<dyn crate::engine::backend::Backend>> = match &cfg.backend {
             BackendKind::Raw => {
-                use super::backend::raw::{Link, OpenError, RawBackend};
+                use crate::engine::backend::raw::{Link, OpenError, RawBackend};
                 let link = Link {
                     ifindex: info.ifindex as i32,
                     mac: info.mac,
@@ -1066,12 +1066,12 @@ impl Device {
                 vec![Box::new(b)]
             }
             BackendKind::Udp if cfg.share && cfg.port != 0 => {
-                use super::backend::udp::{UdpBackend, local_socket_addr};
+                use crate::engine::backend::udp::{UdpBackend, local_socket_addr};
                 let addrs: Vec<_> =
                     info.addresses.iter().map(|a| local_socket_addr(*a, cfg.port, info.ifindex)).collect();
                 let here = addrs[0];
-                let mut j = super::share::Share::join(&addrs, threads).map_err(|e| match e {
-                    super::share::JoinError::Io(source, _) => Error::Bind { addr: here, source },
+                let mut j = crate::engine::share::Share::join(&addrs, threads).map_err(|e| match e {
+                    crate::engine::share::JoinError::Io(source, _) => Error::Bind { addr: here, source },
                     other => Error::Bind {
                         addr: here,
                         source: std::io::Error::new(std::io::ErrorKind::AddrInUse, other.to_string()),
@@ -1079,7 +1079,7 @@ impl Device {
                 })?;
                 let sockets = std::mem::take(&mut j.sockets);
                 joining = Some(j);
-                let mut v: Vec<Box<dyn super::backend::Backend>> = Vec::with_capacity(threads);
+                let mut v: Vec<Box<dyn crate::engine::backend::Backend>> = Vec::with_capacity(threads);
                 for s in sockets {
                     let b = UdpBackend::from_shared(s, cfg.gso, rx.clone())
                         .map_err(|(addr, source)| Error::Bind { addr, source })?;
@@ -1088,7 +1088,7 @@ impl Device {
                 v
             }
             BackendKind::Udp => {
-                use super::backend::udp::{UdpBackend, local_socket_addr};
+                use crate::engine::backend::udp::{UdpBackend, local_socket_addr};
                 let addrs: Vec<_> =
                     info.addresses.iter().map(|a| local_socket_addr(*a, cfg.port, info.ifindex)).collect();
                 let group = if threads > 1 {
@@ -1099,19 +1099,19 @@ impl Device {
                 group
                     .map_err(|(addr, source)| Error::Bind { addr, source })?
                     .into_iter()
-                    .map(|b| Box::new(b) as Box<dyn super::backend::Backend>)
+                    .map(|b| Box::new(b) as Box<dyn crate::engine::backend::Backend>)
                     .collect()
             }
             BackendKind::Memory(net) => {
-                vec![Box::new(super::backend::memory::MemoryBackend::new(net, ip, cfg.port))]
+                vec![Box::new(crate::engine::backend::memory::MemoryBackend::new(net, ip, cfg.port))]
             }
         };
-        let backends: Vec<Box<dyn super::backend::Backend>> = match &faults {
+        let backends: Vec<Box<dyn crate::engine::backend::Backend>> = match &faults {
             Some(f) => backends
                 .into_iter()
                 .map(|b| {
-                    Box::new(super::backend::faults::FaultBackend::new(b, f.clone()))
-                        as Box<dyn super::backend::Backend>
+                    Box::new(crate::engine::backend::faulty::FaultBackend::new(b, f.clone()))
+                        as Box<dyn crate::engine::backend::Backend>
                 })
                 .collect(),
             None => backends,
@@ -1121,7 +1121,7 @@ impl Device {
         let mut ends = Vec::with_capacity(backends.len());
         for _ in 0..backends.len() {
             let poll = mio::Poll::new()?;
-            let waker = Arc::new(mio::Waker::new(poll.registry(), super::engine::WAKE)?);
+            let waker = Arc::new(mio::Waker::new(poll.registry(), crate::engine::core::WAKE)?);
             let (cmd_tx, cmd_rx): (Sender<Command>, Receiver<Command>) = crossbeam_channel::unbounded();
             links.push(EngineLink {
                 cmd_tx,
@@ -1184,7 +1184,7 @@ impl Device {
             qpns: Mutex::new(std::collections::HashSet::new()),
             faults,
         });
-        let stats = super::engine::StatsFile::shared(&shared);
+        let stats = crate::engine::core::StatsFile::shared(&shared);
         let mut engines = Vec::with_capacity(backends.len());
         for (idx, (backend, (poll, cmd_rx))) in backends.into_iter().zip(ends).enumerate() {
             engines.push(Engine::new(shared.clone(), idx, backend, poll, cmd_rx, cfg.spin, stats.clone())?);
@@ -1495,11 +1495,11 @@ impl Device {
     }
 }
 
-/// The directory where devices publish their counters (see [`super::rundir`]):
+/// The directory where devices publish their counters (see [`crate::engine::rundir`]):
 /// `$SOFTROCE_RUN_DIR`, else `/run/softroce` for root, else `$XDG_RUNTIME_DIR/softroce`, else
 /// `/tmp/softroce-<uid>`.
 pub fn counters_dir() -> std::path::PathBuf {
-    super::rundir::run_dir_path()
+    crate::engine::rundir::run_dir_path()
 }
 
 /// Datagrams dropped as not RoCEv2 for the device, by reason, in the order the receive

@@ -125,36 +125,28 @@
 //! [`mr`]; how progress happens in [`engine`].
 
 pub mod ah;
-pub mod backend;
 pub mod cm;
 pub mod cq;
 pub mod device;
-pub mod engine;
 pub mod error;
-mod faults;
-mod flood;
 pub use crate::wire::gid;
 pub mod mr;
 pub mod mw;
-pub mod pacer;
 pub mod pd;
 pub mod qp;
-pub mod rundir;
-pub(crate) mod share;
 #[doc(hidden)]
-pub use share::bench as share_bench;
+pub use crate::engine::share::bench as share_bench;
 pub mod srq;
-mod stall;
 
+pub use crate::engine::backend::memory::MemoryNetwork;
+pub use crate::engine::injector::FaultCounters;
 pub use ah::AddressHandle;
-pub use backend::memory::MemoryNetwork;
 pub use cq::CompletionQueue;
 pub use device::{
     AsyncEvent, BackendKind, Device, DeviceAttr, DeviceConfig, DeviceCounters, JunkCounters, PortAttr,
     PortState, Sharing,
 };
 pub use error::{Error, Result};
-pub use faults::FaultCounters;
 pub use gid::{Gid, GidIndex, GidType};
 pub use mr::{MemoryRegion, OutOfRegion};
 pub use mw::{MemoryWindow, MwType};

@@ -11,10 +11,10 @@ use crossbeam_queue::SegQueue;
 
 use super::cq::{CompletionQueue, CqShared};
 use super::device::Device;
-use super::engine::Command;
 use super::error::{Error, Result};
 use super::pd::ProtectionDomain;
 use super::srq::{SharedReceiveQueue, SrqInner, SrqShared};
+use crate::engine::core::Command;
 use crate::transport::{
     Access, MemError, Mtu, Payload, PostError, Qkey, QpAttr, QpAttrUpdate, QpCaps, QpState, QpType, Qpn,
     RecvWr, SendWr,
@@ -463,12 +463,12 @@ impl QueuePair {
             return Err(Error::Limit { what: "max_qp", max: attr.max_qp as u64 });
         }
         // QP numbers start at 0x11 and count up, as on a fresh rxe device (on a shared address,
-        // within this member's slot: [`super::share::qpn_range`], from a random point when
+        // within this member's slot: [`crate::engine::share::qpn_range`], from a random point when
         // the member joined others), skipping numbers in use once
         // the counter wraps. A QP that uses an SRQ must live on the SRQ's engine (QP `q` on
         // engine `q % engines`): the next number that maps there.
         let want = init.srq.map(|s| dev.shared.engine_of(s.inner.shared.srqn));
-        let (base, span) = super::share::qpn_range(dev.shared.share.as_ref().map(|s| s.slot));
+        let (base, span) = crate::engine::share::qpn_range(dev.shared.share.as_ref().map(|s| s.slot));
         let qpn = {
             let mut used = dev.shared.qpns.lock();
             let mut tries = 0u32;

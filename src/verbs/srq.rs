@@ -23,9 +23,9 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use crossbeam_queue::SegQueue;
 
 use super::device::Device;
-use super::engine::Command;
 use super::error::{Error, Result};
 use super::pd::ProtectionDomain;
+use crate::engine::core::Command;
 use crate::transport::{PostError, RecvWr};
 
 /// Creation attributes (`ibv_srq_init_attr`).

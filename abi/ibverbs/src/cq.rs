@@ -504,7 +504,7 @@ thread_local! {
 /// needs this CPU (for a reply that only it can produce, such as the peer's WRITE into memory
 /// the application polls directly) still gets it on a machine with few cores. (Beneath this,
 /// `CompletionQueue::poll` yields too when the thread's polling is idle and its CPU contended:
-/// `softroce::verbs::pacer`.)
+/// `softroce::engine::pacer`.)
 fn yield_due(cq: &softroce::verbs::CompletionQueue) -> bool {
     if !cq.device().inline_progress() {
         return true;

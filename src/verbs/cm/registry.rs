@@ -227,7 +227,7 @@ pub(crate) fn bind_port(ps: PortSpace, addr: SocketAddr, id: u64, reuse: bool) -
 /// wildcard and itself; the wildcard with any address. Ports bound with reuse
 /// (`RDMA_OPTION_ID_REUSEADDR`) are not claimed across processes.
 fn claim(ps: PortSpace, ip: IpAddr, port: u16) -> Result<Claim> {
-    use crate::verbs::share::unix;
+    use crate::engine::share::unix;
     let base = format!("\0softroce/v1/cm/{}/{port}/", ps as u16);
     let name = |what: &str| format!("{base}{what}").into_bytes();
     let io = |e: std::io::Error| Error::AddrNotAvailable { addr: ip, why: format!("port claim: {e}") };

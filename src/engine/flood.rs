@@ -172,7 +172,7 @@ mod tests {
 
     #[test]
     fn the_reasons_begin_with_the_filters() {
-        use crate::verbs::backend::filter::Junk;
+        use crate::engine::backend::filter::Junk;
         for j in Junk::ALL {
             assert_eq!(REASONS[j as usize], j.name());
         }

@@ -272,7 +272,7 @@ impl UdpBackend {
         Ok(group)
     }
 
-    /// Backends on sockets of a shared address's groups ([`crate::verbs::share`]), one per
+    /// Backends on sockets of a shared address's groups ([`crate::engine::share`]), one per
     /// address: their send sockets too are bound with `SO_REUSEPORT`, since other processes'
     /// QPs on the address may send from the same source ports.
     pub(crate) fn from_shared(

@@ -8,7 +8,7 @@
 //! - [`memory`]: an in-process network of devices joined by the transport simulator's lossy
 //!   link, for tests that run the full verbs path with loss.
 //!
-//! Any of them can be wrapped in the `faults` decorator, which applies a fault SPEC to the
+//! Any of them can be wrapped in the `faulty` decorator, which applies a fault SPEC to the
 //! packets that pass through it (`SOFTROCE_FAULTS`, `DeviceConfig::faults`).
 
 use std::io;
@@ -16,7 +16,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 pub(crate) mod bpf;
-pub(crate) mod faults;
+pub(crate) mod faulty;
 pub(crate) mod filter;
 pub mod memory;
 pub(crate) mod neigh;
@@ -55,7 +55,7 @@ pub(crate) struct Outgoing<'a> {
     /// IPv6 flow label (backends that build the IP header).
     pub flow_label: u32,
     /// The local QP that sent the packets (1: the GSI's MADs), for decorators that act per QP
-    /// (`faults`).
+    /// (`faulty`).
     pub qpn: u32,
 }
 

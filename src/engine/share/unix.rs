@@ -98,7 +98,7 @@ pub(crate) fn peer_cred(s: &Socket) -> io::Result<(u32, u32)> {
 
 /// The effective user id of this process.
 pub(crate) fn euid() -> u32 {
-    crate::verbs::rundir::effective_uid()
+    crate::engine::rundir::effective_uid()
 }
 
 #[cfg(test)]

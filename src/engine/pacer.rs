@@ -22,7 +22,7 @@
 //!
 //! "Idle" means the poll returned no completion and its inline pass moved nothing (or did not
 //! run: another thread held the engine's state). A pure state machine, time in, decision out:
-//! [`CompletionQueue::poll`](super::CompletionQueue::poll) keeps one per thread.
+//! [`CompletionQueue::poll`](crate::verbs::CompletionQueue::poll) keeps one per thread.
 
 use std::time::{Duration, Instant};
 

@@ -53,7 +53,7 @@ pub mod bench {
 
     /// Attaches `prog` to the `SO_REUSEPORT` group of `s`.
     pub fn attach(s: &socket2::Socket, prog: &[libc::sock_filter]) -> std::io::Result<()> {
-        crate::verbs::backend::udp::attach_program(s, prog)
+        crate::engine::backend::udp::attach_program(s, prog)
     }
 }
 
@@ -219,7 +219,7 @@ pub(crate) enum JoinError {
 }
 
 fn bind_udp(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
-    crate::verbs::backend::udp::bind_with(addr, reuse_port)
+    crate::engine::backend::udp::bind_with(addr, reuse_port)
 }
 
 /// The names of an address's member sockets, locks and so on: its IP, with the scope of a
@@ -680,7 +680,7 @@ impl Share {
     fn attach(&self, i: usize, prog: &[libc::sock_filter]) -> io::Result<()> {
         let guard = self.io.lock();
         match guard.as_ref().and_then(|io| io.attach.get(i)) {
-            Some(s) => crate::verbs::backend::udp::attach_program(s, prog),
+            Some(s) => crate::engine::backend::udp::attach_program(s, prog),
             None => Ok(()),
         }
     }

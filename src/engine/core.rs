@@ -30,17 +30,17 @@ use parking_lot::Mutex;
 
 use super::backend::filter::{self, QpnSet};
 use super::backend::{Backend, Datagram, Outgoing};
-use super::cq::CqShared;
-use super::device::{AsyncEvent, DeviceCounters, DeviceShared, EngineLink, Forwarded, MAX_FORWARDED};
-use super::error::{Error, Result};
 use super::flood::{self, FloodWatch};
-use super::mr::MrTable;
-use super::qp::{AddressVector, QpAttrs, QpInfo, QpShared};
 use super::rundir::RunDir;
-use super::srq::{SRQ_TAG, SrqAttr, SrqShared};
 use super::stall::{StallClock, ThreadWaits};
 use crate::transport::cm::{self as transport_cm, CmConfig, CmEndpoint, CmTransmit, MadAddr};
 use crate::transport::{Counters, GRH_LEN, Qp, QpType, Qpn, Srq, Time, WcOpcode, WcStatus, WorkCompletion};
+use crate::verbs::cq::CqShared;
+use crate::verbs::device::{AsyncEvent, DeviceCounters, DeviceShared, EngineLink, Forwarded, MAX_FORWARDED};
+use crate::verbs::error::{Error, Result};
+use crate::verbs::mr::MrTable;
+use crate::verbs::qp::{AddressVector, QpAttrs, QpInfo, QpShared};
+use crate::verbs::srq::{SRQ_TAG, SrqAttr, SrqShared};
 use crate::wire::bth::BthRepr;
 use crate::wire::cm::RejReason;
 use crate::wire::deth::DethRepr;
@@ -237,7 +237,7 @@ struct State {
     active: VecDeque<u32>,
     touched: Vec<u32>,
     /// QPs whose plain ACK a turn held back for the QP's next packet
-    /// ([`DeviceConfig::hold_acks`](super::DeviceConfig::hold_acks), [`Hold`]): the QP,
+    /// ([`DeviceConfig::hold_acks`](crate::verbs::DeviceConfig::hold_acks), [`Hold`]): the QP,
     /// when the ACK leaves at the latest, and whether the engine thread held it.
     held: Vec<Held>,
     /// Armed deadlines, `(when, qpn)` ([`CM_TIMER`] for the CM's). Re-arming pushes a new
@@ -343,7 +343,8 @@ impl Engine {
         let stats = Stats { dirty: true, last: Instant::now() - Duration::from_secs(1), file: stats };
         let cm = CmEndpoint::new(
             cm_config(&shared),
-            u64::from(super::cm::registry::rand32()) << 32 | u64::from(super::cm::registry::rand32()),
+            u64::from(crate::verbs::cm::registry::rand32()) << 32
+                | u64::from(crate::verbs::cm::registry::rand32()),
         );
         let core = Core {
             stats,
@@ -715,7 +716,7 @@ impl Core {
     /// what was posted, what is to send, and the completions; `recv` says whether to read
     /// the socket. Timers and the IB CM stay with the engine thread, which is woken when
     /// this arms a timer earlier than the one it sleeps for, or gives the CM input.
-    pub(crate) fn progress_inline(&mut self, recv: bool) -> super::device::Pass {
+    pub(crate) fn progress_inline(&mut self, recv: bool) -> crate::verbs::device::Pass {
         let now = self.now();
         let shared = self.st.shared.clone();
         let link = &shared.engines[self.st.idx];
@@ -759,7 +760,7 @@ impl Core {
                 let _ = link.waker.wake();
             }
         }
-        super::device::Pass { ran: true, work, held, at: Some(end_at) }
+        crate::verbs::device::Pass { ran: true, work, held, at: Some(end_at) }
     }
 
     /// Takes the backend's sockets out of the engine thread's poll set (`quiet`) or puts them
@@ -1301,7 +1302,7 @@ impl State {
             qp: c,
             rcvd_icrc_err: rx.icrc_err.load(Ordering::Relaxed),
             rcvd_malformed: rx.malformed.load(Ordering::Relaxed),
-            rcvd_junk: super::device::JunkCounters::from_array(
+            rcvd_junk: crate::verbs::device::JunkCounters::from_array(
                 rx.junk.each_ref().map(|c| c.load(Ordering::Relaxed)),
             ),
             rcvd_unknown_qp: rx.unknown_qp.load(Ordering::Relaxed),
@@ -1699,7 +1700,7 @@ impl State {
 }
 
 /// Hands a packet to the engine that owns its QP, and wakes it if it sleeps.
-fn forward(link: &EngineLink, rx: &super::device::RxCounters, d: &Datagram<'_>) {
+fn forward(link: &EngineLink, rx: &crate::verbs::device::RxCounters, d: &Datagram<'_>) {
     if link.inbox.len() >= MAX_FORWARDED {
         rx.forward_dropped.fetch_add(1, Ordering::Relaxed);
         return;

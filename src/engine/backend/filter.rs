@@ -36,7 +36,7 @@
 //! the device can still say which kinds of junk arrive and from where, the filter lets a
 //! random 1 in [`SAMPLE`] of what it rejects through (`SKF_AD_RANDOM`): the engine classifies
 //! those with [`verdict`], counts them by reason, and names the sources of a flood
-//! ([`super::super::engine`]'s flood watch). A flood of 400 000 datagrams/s then costs the
+//! ([`crate::engine::core`]'s flood watch). A flood of 400 000 datagrams/s then costs the
 //! engine some 6 000 datagrams/s.
 
 use std::ops::Range;

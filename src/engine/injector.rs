@@ -2,7 +2,7 @@
 //! black holes' clock, and the summary line on stderr at close or exit.
 //!
 //! The packet faults themselves are applied by the backend decorator
-//! ([`super::backend::faults`]); this is what the device's engines share (one per device, the
+//! ([`super::backend::faulty`]); this is what the device's engines share (one per device, the
 //! same for every engine thread), and the `rnr=K` hook around the transport's responder.
 //!
 //! The summary line is printed once per device: when the device closes, or, if the process
@@ -14,9 +14,9 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::error::{Error, Result};
 use crate::faults::FaultSpec;
 use crate::transport::Qp;
+use crate::verbs::error::{Error, Result};
 use crate::wire::{Opcode, Operation, Packet, Transport};
 
 /// What fault injection did to a device's packets (`fault_*` in the counters).

@@ -23,8 +23,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Backend, Datagram, Outgoing};
+use crate::engine::injector::{FaultState, Kind, MAX_HELD, REORDER_MAX_HOLD, event};
 use crate::faults::{Tracker, fate};
-use crate::verbs::faults::{FaultState, Kind, MAX_HELD, REORDER_MAX_HOLD, event};
 use crate::wire::roce::{IpRepr, RoceFrameRepr};
 use crate::wire::{ICRC_LEN, Opcode};
 
