@@ -340,13 +340,7 @@ impl Progress {
 
 /// A random 24-bit PSN.
 pub fn random_psn() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    h.write_u128(
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
-    );
-    h.finish() as u32 & 0xff_ffff
+    softroce::verbs::random_psn().value()
 }
 
 /// How long a finished tool keeps its device answering after the peer's last packet, and at

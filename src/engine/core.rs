@@ -33,14 +33,16 @@ use super::backend::{Backend, Datagram, Outgoing};
 use super::flood::{self, FloodWatch};
 use super::rundir::RunDir;
 use super::stall::{StallClock, ThreadWaits};
+use crate::engine::error::{Error, Result};
+use crate::engine::shared::cq::CqShared;
+use crate::engine::shared::device::{
+    AsyncEvent, DeviceCounters, DeviceShared, EngineLink, Forwarded, MAX_FORWARDED,
+};
+use crate::engine::shared::memory::MrTable;
+use crate::engine::shared::qp::{AddressVector, QpAttrs, QpInfo, QpShared};
+use crate::engine::shared::srq::{SRQ_TAG, SrqAttr, SrqShared};
 use crate::transport::cm::{self as transport_cm, CmConfig, CmEndpoint, CmTransmit, MadAddr};
 use crate::transport::{Counters, GRH_LEN, Qp, QpType, Qpn, Srq, Time, WcOpcode, WcStatus, WorkCompletion};
-use crate::verbs::cq::CqShared;
-use crate::verbs::device::{AsyncEvent, DeviceCounters, DeviceShared, EngineLink, Forwarded, MAX_FORWARDED};
-use crate::verbs::error::{Error, Result};
-use crate::verbs::mr::MrTable;
-use crate::verbs::qp::{AddressVector, QpAttrs, QpInfo, QpShared};
-use crate::verbs::srq::{SRQ_TAG, SrqAttr, SrqShared};
 use crate::wire::bth::BthRepr;
 use crate::wire::cm::RejReason;
 use crate::wire::deth::DethRepr;
@@ -341,11 +343,7 @@ impl Engine {
         }
         let port = backend.port();
         let stats = Stats { dirty: true, last: Instant::now() - Duration::from_secs(1), file: stats };
-        let cm = CmEndpoint::new(
-            cm_config(&shared),
-            u64::from(crate::verbs::cm::registry::rand32()) << 32
-                | u64::from(crate::verbs::cm::registry::rand32()),
-        );
+        let cm = CmEndpoint::new(cm_config(&shared), super::random::u64());
         let core = Core {
             stats,
             // Opened on the engine thread when it starts.
@@ -716,7 +714,7 @@ impl Core {
     /// what was posted, what is to send, and the completions; `recv` says whether to read
     /// the socket. Timers and the IB CM stay with the engine thread, which is woken when
     /// this arms a timer earlier than the one it sleeps for, or gives the CM input.
-    pub(crate) fn progress_inline(&mut self, recv: bool) -> crate::verbs::device::Pass {
+    pub(crate) fn progress_inline(&mut self, recv: bool) -> crate::engine::shared::device::Pass {
         let now = self.now();
         let shared = self.st.shared.clone();
         let link = &shared.engines[self.st.idx];
@@ -760,7 +758,7 @@ impl Core {
                 let _ = link.waker.wake();
             }
         }
-        crate::verbs::device::Pass { ran: true, work, held, at: Some(end_at) }
+        crate::engine::shared::device::Pass { ran: true, work, held, at: Some(end_at) }
     }
 
     /// Takes the backend's sockets out of the engine thread's poll set (`quiet`) or puts them
@@ -1302,7 +1300,7 @@ impl State {
             qp: c,
             rcvd_icrc_err: rx.icrc_err.load(Ordering::Relaxed),
             rcvd_malformed: rx.malformed.load(Ordering::Relaxed),
-            rcvd_junk: crate::verbs::device::JunkCounters::from_array(
+            rcvd_junk: crate::engine::shared::device::JunkCounters::from_array(
                 rx.junk.each_ref().map(|c| c.load(Ordering::Relaxed)),
             ),
             rcvd_unknown_qp: rx.unknown_qp.load(Ordering::Relaxed),
@@ -1700,7 +1698,7 @@ impl State {
 }
 
 /// Hands a packet to the engine that owns its QP, and wakes it if it sleeps.
-fn forward(link: &EngineLink, rx: &crate::verbs::device::RxCounters, d: &Datagram<'_>) {
+fn forward(link: &EngineLink, rx: &crate::engine::shared::device::RxCounters, d: &Datagram<'_>) {
     if link.inbox.len() >= MAX_FORWARDED {
         rx.forward_dropped.fetch_add(1, Ordering::Relaxed);
         return;

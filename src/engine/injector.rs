@@ -14,9 +14,9 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::engine::error::{Error, Result};
 use crate::faults::FaultSpec;
 use crate::transport::Qp;
-use crate::verbs::error::{Error, Result};
 use crate::wire::{Opcode, Operation, Packet, Transport};
 
 /// What fault injection did to a device's packets (`fault_*` in the counters).

@@ -8,6 +8,9 @@
 //! other processes read counters from. The verbs API ([`crate::verbs`]) sits on top and holds
 //! handles; nothing here is an application's handle.
 //!
+//! - `shared`: what the API's handles share with the engines (a device's links to its engine
+//!   threads, completion queues, queue pairs, registered memory).
+//! - [`config`]: how a device is opened; [`error`]: the errors of the verbs API.
 //! - [`core`]: the engine thread, its loop and one received datagram's way to its QP.
 //! - [`backend`]: where packets go and come from (UDP sockets, `AF_PACKET`, an in-process
 //!   network), and the fault-injecting decorator ([`backend::faulty`]).
@@ -17,10 +20,14 @@
 //!   thread yields the CPU; [`rundir`]: the per-device run directory.
 
 pub mod backend;
+pub mod config;
 pub(crate) mod core;
+pub mod error;
 pub(crate) mod flood;
 pub(crate) mod injector;
 pub mod pacer;
+pub mod random;
 pub mod rundir;
 pub(crate) mod share;
+pub(crate) mod shared;
 pub(crate) mod stall;

@@ -45,23 +45,45 @@ impl QpType {
     }
 }
 
-/// Queue pair state (`ibv_qp_state`).
+/// Queue pair state (`ibv_qp_state`; the discriminants are its values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
 pub enum QpState {
     /// Just created or reset: nothing is processed.
-    Reset,
+    Reset = 0,
     /// Initialised: receives may be posted.
-    Init,
+    Init = 1,
     /// Ready to receive.
-    Rtr,
+    Rtr = 2,
     /// Ready to send.
-    Rts,
+    Rts = 3,
     /// Send queue drain: no new send work request is started.
-    Sqd,
+    Sqd = 4,
     /// Send queue error (UC/UD).
-    Sqe,
+    Sqe = 5,
     /// Error: every work request completes with `WR_FLUSH_ERR`.
-    Err,
+    Err = 6,
+}
+
+impl QpState {
+    /// The state's `enum ibv_qp_state` value.
+    pub const fn ibv(self) -> u8 {
+        self as u8
+    }
+
+    /// The state of an `enum ibv_qp_state` value, if it is one.
+    pub const fn from_ibv(v: u8) -> Option<QpState> {
+        Some(match v {
+            0 => QpState::Reset,
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            4 => QpState::Sqd,
+            5 => QpState::Sqe,
+            6 => QpState::Err,
+            _ => return None,
+        })
+    }
 }
 
 /// Path MTU (`ibv_mtu`).

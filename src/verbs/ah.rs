@@ -13,15 +13,8 @@
 use super::device::Device;
 use super::error::{Error, Result};
 use super::pd::ProtectionDomain;
-use super::qp::AddressVector;
+use super::qp::{AddressVector, AhEntry};
 use crate::transport::{Qkey, Qpn, UdDest};
-
-/// What the engine needs of an address handle.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct AhEntry {
-    pub pd: u32,
-    pub av: AddressVector,
-}
 
 /// An address handle. Dropping it destroys it; a send already posted with it that has not
 /// left yet completes with `LOC_QP_OP_ERR` (counted as `send_err`) and takes its QP to the

@@ -128,7 +128,7 @@ pub mod ah;
 pub mod cm;
 pub mod cq;
 pub mod device;
-pub mod error;
+pub use crate::engine::error;
 pub use crate::wire::gid;
 pub mod mr;
 pub mod mw;

@@ -28,6 +28,9 @@ use super::pd::ProtectionDomain;
 use crate::engine::core::Command;
 use crate::transport::{PostError, RecvWr};
 
+pub use crate::engine::shared::srq::SrqAttr;
+pub(crate) use crate::engine::shared::srq::{SRQ_TAG, SrqShared};
+
 /// Creation attributes (`ibv_srq_init_attr`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SrqInitAttr {
@@ -37,28 +40,6 @@ pub struct SrqInitAttr {
     pub max_sge: u32,
     /// The limit, armed at creation when nonzero.
     pub srq_limit: u32,
-}
-
-/// What `query` reports (`ibv_srq_attr`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SrqAttr {
-    /// Queue size.
-    pub max_wr: u32,
-    /// Scatter/gather entries per work request.
-    pub max_sge: u32,
-    /// The armed limit; 0 once the event fired (or if never armed).
-    pub srq_limit: u32,
-}
-
-/// What an SRQ handle shares with the engine.
-pub(crate) struct SrqShared {
-    pub srqn: u32,
-    pub pd: u32,
-    pub max_sge: u32,
-    pub max_wr: AtomicU32,
-    /// Posted and not yet completed.
-    pub outstanding: AtomicUsize,
-    pub recv_wrq: SegQueue<RecvWr>,
 }
 
 /// Destroys the SRQ in the engine when the last user goes.
@@ -84,9 +65,6 @@ impl std::fmt::Debug for SharedReceiveQueue {
         f.debug_struct("SharedReceiveQueue").field("srqn", &self.inner.shared.srqn).finish()
     }
 }
-
-/// Tags SRQ numbers on the engine's "posted" queue (QP numbers have 24 bits).
-pub(crate) const SRQ_TAG: u32 = 1 << 31;
 
 impl SharedReceiveQueue {
     pub(crate) fn create(pd: &ProtectionDomain, init: &SrqInitAttr) -> Result<SharedReceiveQueue> {

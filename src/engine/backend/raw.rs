@@ -74,7 +74,7 @@ use super::bpf::{
 use super::filter;
 use super::neigh::Neighbours;
 use super::{Backend, Datagram, Outgoing};
-use crate::verbs::device::RxCounters;
+use crate::engine::shared::device::RxCounters;
 
 /// Frames per `recvmmsg`/`sendmmsg`.
 const BATCH: usize = 64;

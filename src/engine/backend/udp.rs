@@ -49,7 +49,7 @@ use std::sync::atomic::Ordering;
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 
 use super::{Backend, Datagram, Outgoing, bpf, filter};
-use crate::verbs::device::RxCounters;
+use crate::engine::shared::device::RxCounters;
 
 /// Datagrams per `recvmmsg`.
 const BATCH: usize = 32;

@@ -94,7 +94,7 @@ pub(crate) fn discover(share: &Share, i: usize) -> io::Result<SocketMap> {
         if share.is_closed() {
             return Err(closed());
         }
-        let nonce: [u8; 16] = std::array::from_fn(|_| crate::verbs::cm::registry::rand32() as u8);
+        let nonce: [u8; 16] = std::array::from_fn(|_| crate::engine::random::u32() as u8);
         for i in 0..n {
             sock.send_to(&probe(i as u16, &nonce), to)?;
         }

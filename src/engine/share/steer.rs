@@ -11,7 +11,7 @@
 //!   MADs ([`SocketMap::cm_index`]);
 //! - otherwise the socket of the engine that owns the QP: the QPN's slot (bits 23..18, one
 //!   slot per process on the address) picks the process, the QPN modulo that process's number
-//!   of engines picks the engine, as [`crate::verbs::device::DeviceShared::engine_of`] does;
+//!   of engines picks the engine, as [`crate::engine::shared::device::DeviceShared::engine_of`] does;
 //! - for a slot with no member: an index past the group, on which the kernel falls back to
 //!   its hash (the receiver drops the packet: no such QP).
 //!

@@ -35,9 +35,32 @@ use crate::wire::Psn;
 use crate::wire::cm::{CmTransport, RejReason, SidrStatus};
 use crate::wire::cma::{PortSpace, RDMA_UDP_QKEY};
 
-/// What the RDMA CM keeps per device: the IB CM connections of its ids and its listeners.
+/// What the RDMA CM keeps per device, in the device's `cm_state` (set at open, by
+/// [`install`]): the device itself, weakly (what the ids of incoming requests hold), and the
+/// IB CM connections of its ids and its listeners, which only the engine thread touches.
+struct CmDevice {
+    weak: WeakDevice,
+    conns: Mutex<DevCm>,
+}
+
+/// The RDMA CM's state of a device (every device has it from [`install`] on, before any id
+/// can reach it through the registry).
+fn cm_device(shared: &DeviceShared) -> &CmDevice {
+    shared
+        .cm_state
+        .get()
+        .and_then(|b| b.downcast_ref::<CmDevice>())
+        .expect("the RDMA CM state is installed when the device opens")
+}
+
+/// The IB CM connections of a device's ids and its listeners.
+fn rdma_cm(shared: &DeviceShared) -> parking_lot::MutexGuard<'_, DevCm> {
+    cm_device(shared).conns.lock()
+}
+
+/// A device's IB CM connections of ids and its listeners.
 #[derive(Default)]
-pub(crate) struct DevCm {
+struct DevCm {
     conns: HashMap<u32, Arc<IdInner>>,
     listeners: Vec<(RdmaListen, Arc<IdInner>)>,
 }
@@ -113,7 +136,7 @@ impl IdInner {
                 // The Starting PSN this id will send (in its REQ or REP), fixed at creation as
                 // the kernel's `__rdma_create_id` does: `rdma_init_qp_attr` for RTR gives it
                 // before the REP that carries it is sent.
-                seq_num: registry::rand32() & 0xff_ffff,
+                seq_num: crate::engine::random::u32() & 0xff_ffff,
                 req: None,
                 sidr_pending: false,
                 ud_peer: None,
@@ -150,7 +173,7 @@ impl IdInner {
             shared.cm_post(move |cm, now| {
                 let _ = cm.destroy(now, ib);
                 if let Some(s) = weak.upgrade() {
-                    s.rdma_cm.lock().conns.remove(&ib.0);
+                    rdma_cm(&s).conns.remove(&ib.0);
                 }
             });
         }
@@ -604,7 +627,7 @@ impl CmId {
             let weak = Arc::downgrade(&d.shared);
             let r = d.shared.cm_call(move |cm, _| {
                 let Some(s) = weak.upgrade() else { return Ok(()) };
-                let mut g = s.rdma_cm.lock();
+                let mut g = rdma_cm(&s);
                 if !g.listeners.iter().any(|(x, _)| x.service_id() == sid) {
                     cm.listen(sid, backlog)?;
                 }
@@ -886,7 +909,7 @@ impl CmId {
             let id = start(cm, now)?;
             inner.st.lock().ib = Some(id);
             if let Some(s) = weak.upgrade() {
-                s.rdma_cm.lock().conns.insert(id.0, inner);
+                rdma_cm(&s).conns.insert(id.0, inner);
             }
             Ok::<_, crate::transport::cm::CmError>(id)
         })?;
@@ -1077,7 +1100,7 @@ impl Drop for CmId {
             let _ = dev.shared.cm_call(move |cm, now| {
                 let _ = cm.destroy(now, ib);
                 if let Some(s) = weak.upgrade() {
-                    s.rdma_cm.lock().conns.remove(&ib.0);
+                    rdma_cm(&s).conns.remove(&ib.0);
                 }
             });
         }
@@ -1086,7 +1109,7 @@ impl Drop for CmId {
             let weak = Arc::downgrade(&d.shared);
             let _ = d.shared.cm_call(move |cm, _| {
                 let Some(s) = weak.upgrade() else { return };
-                let mut g = s.rdma_cm.lock();
+                let mut g = rdma_cm(&s);
                 let Some(pos) = g.listeners.iter().position(|(_, i)| Arc::ptr_eq(i, &inner)) else { return };
                 let (l, _) = g.listeners.remove(pos);
                 if !g.listeners.iter().any(|(x, _)| x.service_id() == l.service_id()) {
@@ -1167,8 +1190,12 @@ fn cm_moves(
     Ok((rtr, rts))
 }
 
-/// Installs the RDMA CM's handler of a device's IB CM events (at [`Device::open`]).
-pub(crate) fn install(shared: &Arc<DeviceShared>) {
+/// Sets up the RDMA CM's state of a device and installs its handler of the device's IB CM
+/// events (at [`Device::open`]).
+pub(crate) fn install(dev: &Device) {
+    let shared = &dev.shared;
+    let state = CmDevice { weak: dev.downgrade(), conns: Mutex::new(DevCm::default()) };
+    let _ = shared.cm_state.set(Box::new(state));
     let weak = Arc::downgrade(shared);
     *shared.cm_sink.lock() = Some(Box::new(move |cm, now, ev| {
         if let Some(s) = weak.upgrade() {
@@ -1188,7 +1215,7 @@ pub(crate) fn on_cm_event(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time,
         on_sidr_request(shared, cm, now, id, service_id, &private_data, &from);
         return;
     }
-    let Some(inner) = shared.rdma_cm.lock().conns.get(&ib.0).cloned() else { return };
+    let Some(inner) = rdma_cm(&shared).conns.get(&ib.0).cloned() else { return };
     let Some((kind, status)) = rdma::rdma_event(&ev, true) else { return };
     match ev {
         IbEvent::RepReceived { rep, .. } => {
@@ -1228,7 +1255,7 @@ pub(crate) fn on_cm_event(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time,
             inner.push(kind, status, EventParam::None);
         }
         IbEvent::TimewaitExit { .. } => {
-            shared.rdma_cm.lock().conns.remove(&ib.0);
+            rdma_cm(&shared).conns.remove(&ib.0);
             inner.push(kind, status, EventParam::None);
         }
         IbEvent::SidrRepReceived { qpn, qkey, private_data, .. } => {
@@ -1263,7 +1290,7 @@ pub(crate) fn on_cm_event(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time,
 /// The address vector of a path on this device: the peer's GID, the GID index of our side's
 /// address, hop limit, traffic class, flow label (`ib_init_ah_attr_from_path` on RoCE).
 fn device_av(shared: &DeviceShared, path: &CmPathRecord) -> Option<AddressVector> {
-    let dev = shared.weak_self.get()?.upgrade()?;
+    let dev = cm_device(shared).weak.upgrade()?;
     let sgid = dev.gid_index_for(Gid(path.local_gid).to_ip())?;
     let mut av = AddressVector::new(Gid(path.remote_gid), sgid);
     av.hop_limit = path.hop_limit;
@@ -1298,7 +1325,7 @@ fn on_sidr_request(
         let _ = cm.sidr_reply(now, id, &p);
         let _ = cm.destroy(now, id);
     };
-    let listeners: Vec<(RdmaListen, Arc<IdInner>)> = shared.rdma_cm.lock().listeners.clone();
+    let listeners: Vec<(RdmaListen, Arc<IdInner>)> = rdma_cm(&shared).listeners.clone();
     let ls: Vec<RdmaListen> = listeners.iter().map(|(l, _)| *l).collect();
     let addrs = &shared.addresses;
     let m = rdma::match_request(&ls, service_id, private_data, RequestKind::Sidr, |ip: IpAddr| {
@@ -1326,13 +1353,13 @@ fn on_sidr_request(
     {
         let mut st = new.st.lock();
         st.state = CmIdState::Connect;
-        st.dev = shared.weak_self.get().cloned();
+        st.dev = Some(cm_device(shared).weak.clone());
         st.src = Some(m.local);
         st.dst = Some(m.peer);
         st.ib = Some(id);
         st.sidr_pending = true;
     }
-    shared.rdma_cm.lock().conns.insert(id.0, new.clone());
+    rdma_cm(&shared).conns.insert(id.0, new.clone());
     let param = EventParam::Ud(UdEventParam {
         private_data: m.private_data,
         ah_attr: av,
@@ -1360,7 +1387,7 @@ fn disconnected(inner: &Arc<IdInner>, kind: CmEventType, status: i32) {
 /// A connection request: matched to a listener (else REJ 28, as `cma_ib_req_handler`'s
 /// failure), a new id, the delayed MRA, CONNECT_REQUEST on the listener's channel.
 fn on_request(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time, id: IbCmId, req: Box<ReqInfo>) {
-    let listeners: Vec<(RdmaListen, Arc<IdInner>)> = shared.rdma_cm.lock().listeners.clone();
+    let listeners: Vec<(RdmaListen, Arc<IdInner>)> = rdma_cm(&shared).listeners.clone();
     let ls: Vec<RdmaListen> = listeners.iter().map(|(l, _)| *l).collect();
     let addrs = &shared.addresses;
     let m = rdma::match_request(
@@ -1386,13 +1413,13 @@ fn on_request(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time, id: IbCmId,
     {
         let mut st = new.st.lock();
         st.state = CmIdState::Connect;
-        st.dev = shared.weak_self.get().cloned();
+        st.dev = Some(cm_device(shared).weak.clone());
         st.src = Some(m.local);
         st.dst = Some(m.peer);
         st.ib = Some(id);
         st.req = Some(req.clone());
     }
-    shared.rdma_cm.lock().conns.insert(id.0, new.clone());
+    rdma_cm(&shared).conns.insert(id.0, new.clone());
     let _ = cm.mra(now, id, rdma::CMA_CM_MRA_SERVICE_TIMEOUT, true, &[]);
     let param = EventParam::Conn(ConnEventParam {
         private_data: m.private_data,

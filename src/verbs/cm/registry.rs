@@ -22,7 +22,7 @@ static OPENER: RwLock<Option<Arc<DeviceOpener>>> = RwLock::new(None);
 
 /// Remembers an open device (called by [`Device::open`]).
 pub(crate) fn register(dev: &Device) {
-    super::id::install(&dev.shared);
+    super::id::install(dev);
     let mut d = DEVICES.lock();
     d.retain(|w| w.is_alive());
     d.push(dev.downgrade());
@@ -208,7 +208,7 @@ pub(crate) fn bind_port(ps: PortSpace, addr: SocketAddr, id: u64, reuse: bool) -
         return Ok(PortBinding { ps, addr, id, _claim: claim });
     }
     let span = u32::from(EPHEMERAL.end() - EPHEMERAL.start()) + 1;
-    let start = (rand32() % span) as u16;
+    let start = (crate::engine::random::u32() % span) as u16;
     for p in (0..span as u16).map(|i| EPHEMERAL.start() + (start + i) % span as u16) {
         if map.get(&(ps, p)).is_some_and(|l| conflicts(l, addr.ip(), false)) {
             continue;
@@ -287,17 +287,4 @@ impl Drop for PortBinding {
             }
         }
     }
-}
-
-/// A random 32-bit number (ports, PSNs, comm ID seeds).
-pub(crate) fn rand32() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(N.fetch_add(1, Ordering::Relaxed));
-    h.write_u128(
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
-    );
-    h.finish() as u32
 }

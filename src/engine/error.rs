@@ -53,13 +53,13 @@ pub enum Error {
     #[error("GID index {index} is out of range: the table has {len} entries")]
     GidIndex {
         /// Requested index.
-        index: crate::verbs::GidIndex,
+        index: crate::wire::gid::GidIndex,
         /// Table length.
         len: usize,
     },
     /// The address vector's GIDs are of different families than the device's address.
     #[error("GID {0} cannot be reached from this device (address family or scope mismatch)")]
-    Unreachable(crate::verbs::Gid),
+    Unreachable(crate::wire::gid::Gid),
     /// An SGE names a key that is not registered.
     #[error("lkey {0} is not a registered memory region")]
     BadLkey(Lkey),
@@ -98,7 +98,7 @@ pub enum Error {
     CqOverflow,
     /// An access through a memory region handle fell outside the region.
     #[error(transparent)]
-    OutOfRegion(#[from] crate::verbs::mr::OutOfRegion),
+    OutOfRegion(#[from] OutOfRegion),
     /// The QP was destroyed.
     #[error("QP {0} does not exist (destroyed?)")]
     NoSuchQp(Qpn),
@@ -115,3 +115,15 @@ pub enum Error {
 
 /// Result of a verbs call.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// Why an access through a [`MemoryRegion`](crate::verbs::MemoryRegion) handle was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("offset {offset} + length {len} is outside the region of {size} bytes")]
+pub struct OutOfRegion {
+    /// Requested offset.
+    pub offset: usize,
+    /// Requested length.
+    pub len: usize,
+    /// Region size.
+    pub size: usize,
+}
