@@ -25,7 +25,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
+
+use super::command::Command;
+
 use parking_lot::Mutex;
 
 use super::backend::filter::{self, QpnSet};
@@ -33,11 +36,10 @@ use super::backend::{Backend, Datagram, Outgoing};
 use super::flood::{self, FloodWatch};
 use super::rundir::RunDir;
 use super::stall::{StallClock, ThreadWaits};
+use crate::engine::counters::DeviceCounters;
 use crate::engine::error::{Error, Result};
 use crate::engine::shared::cq::CqShared;
-use crate::engine::shared::device::{
-    AsyncEvent, DeviceCounters, DeviceShared, EngineLink, Forwarded, MAX_FORWARDED,
-};
+use crate::engine::shared::device::{AsyncEvent, DeviceShared, EngineLink, Forwarded, MAX_FORWARDED};
 use crate::engine::shared::memory::MrTable;
 use crate::engine::shared::qp::{AddressVector, QpAttrs, QpInfo, QpShared};
 use crate::engine::shared::srq::{SRQ_TAG, SrqAttr, SrqShared};
@@ -72,65 +74,6 @@ enum Origin {
     /// Another process's device on the same address, which received it for this one.
     Peer,
 }
-
-/// Requests from application threads.
-pub(crate) enum Command {
-    CreateQp {
-        shared: Arc<QpShared>,
-        send_cq: Arc<CqShared>,
-        recv_cq: Arc<CqShared>,
-        reply: Sender<()>,
-    },
-    ModifyQp {
-        qpn: u32,
-        attrs: QpAttrs,
-        reply: Sender<Result<()>>,
-    },
-    QueryQp {
-        qpn: u32,
-        reply: Sender<Option<QpInfo>>,
-    },
-    DestroyQp {
-        qpn: u32,
-        reply: Sender<()>,
-    },
-    Counters(Sender<DeviceCounters>),
-    CreateSrq {
-        shared: Arc<SrqShared>,
-        max_wr: u32,
-        max_sge: u32,
-        limit: u32,
-        reply: Sender<Result<()>>,
-    },
-    ModifySrq {
-        srqn: u32,
-        max_wr: Option<u32>,
-        limit: Option<u32>,
-        reply: Sender<Result<()>>,
-    },
-    QuerySrq {
-        srqn: u32,
-        reply: Sender<Option<SrqAttr>>,
-    },
-    DestroySrq {
-        srqn: u32,
-        reply: Sender<()>,
-    },
-    /// Runs a closure on the device's IB CM endpoint (the RDMA CM layer's commands).
-    Cm(Box<CmCommand>),
-    /// Resize a CQ once the work already posted has run as far as it can locally (so a UD
-    /// send posted before the resize has its completion counted); with `cqe` `None`, only
-    /// that (the other engines of a device with several, before one resizes).
-    ResizeCq {
-        cq: Arc<CqShared>,
-        cqe: Option<usize>,
-        reply: Sender<Result<()>>,
-    },
-    Shutdown,
-}
-
-/// A command run on the device's IB CM endpoint.
-pub(crate) type CmCommand = dyn FnOnce(&mut CmEndpoint, Time) + Send;
 
 /// The timer-heap key of the IB CM (QPNs are 24-bit, so it never names a QP).
 const CM_TIMER: u32 = u32::MAX;
@@ -1300,7 +1243,7 @@ impl State {
             qp: c,
             rcvd_icrc_err: rx.icrc_err.load(Ordering::Relaxed),
             rcvd_malformed: rx.malformed.load(Ordering::Relaxed),
-            rcvd_junk: crate::engine::shared::device::JunkCounters::from_array(
+            rcvd_junk: crate::engine::counters::JunkCounters::from_array(
                 rx.junk.each_ref().map(|c| c.load(Ordering::Relaxed)),
             ),
             rcvd_unknown_qp: rx.unknown_qp.load(Ordering::Relaxed),
@@ -1698,7 +1641,7 @@ impl State {
 }
 
 /// Hands a packet to the engine that owns its QP, and wakes it if it sleeps.
-fn forward(link: &EngineLink, rx: &crate::engine::shared::device::RxCounters, d: &Datagram<'_>) {
+fn forward(link: &EngineLink, rx: &super::backend::RxCounters, d: &Datagram<'_>) {
     if link.inbox.len() >= MAX_FORWARDED {
         rx.forward_dropped.fetch_add(1, Ordering::Relaxed);
         return;

@@ -20,10 +20,13 @@
 //!   thread yields the CPU; [`rundir`]: the per-device run directory.
 
 pub mod backend;
+pub(crate) mod command;
 pub mod config;
 pub(crate) mod core;
+pub mod counters;
 pub mod error;
 pub(crate) mod flood;
+pub(crate) mod handle;
 pub(crate) mod injector;
 pub mod pacer;
 pub mod random;

@@ -63,3 +63,11 @@ impl Drop for AddressHandle {
         self.device.shared.ahs.write().remove(&self.id);
     }
 }
+
+impl ProtectionDomain {
+    /// `ibv_create_ah`: an address handle for UD sends (the destination GID must be of the
+    /// device's address family).
+    pub fn create_ah(&self, av: &AddressVector) -> Result<AddressHandle> {
+        AddressHandle::create(self, av)
+    }
+}

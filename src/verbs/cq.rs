@@ -53,10 +53,10 @@ impl CompletionQueue {
         // Every engine first runs what was posted to its QPs; then one resizes.
         for idx in 1..dev.engines.len() {
             let cq = self.shared.clone();
-            dev.call_on(idx, |reply| crate::engine::core::Command::ResizeCq { cq, cqe: None, reply })??;
+            dev.call_on(idx, |reply| crate::engine::command::Command::ResizeCq { cq, cqe: None, reply })??;
         }
         let cq = self.shared.clone();
-        dev.call_on(0, |reply| crate::engine::core::Command::ResizeCq { cq, cqe: Some(cqe), reply })?
+        dev.call_on(0, |reply| crate::engine::command::Command::ResizeCq { cq, cqe: Some(cqe), reply })?
     }
 
     /// `ibv_poll_cq`: moves up to `out.len()` completions into `out` without blocking;

@@ -11,18 +11,19 @@ use parking_lot::{Mutex, RwLock};
 
 use super::error::{Error, Result};
 use super::mr::MrTable;
-use crate::engine::core::{Command, Engine};
+use crate::engine::command::Command;
+use crate::engine::core::Engine;
 use crate::transport::{Counters, Mtu};
 use crate::wire::gid::{Gid, GidIndex, GidType};
 
+pub(crate) use crate::engine::backend::RxCounters;
 pub use crate::engine::config::{BackendKind, DeviceConfig, MAX_ENGINE_THREADS, ROCE_PORT};
+pub use crate::engine::counters::{DeviceCounters, JunkCounters, counters_dir};
+pub(crate) use crate::engine::handle::{EngineHandle, closing, progress_on};
 pub use crate::engine::shared::device::{
-    AsyncEvent, AsyncEventHook, DeviceAttr, DeviceCounters, JunkCounters, PortAttr, PortState, Sharing,
-    counters_dir,
+    AsyncEvent, AsyncEventHook, DeviceAttr, PortAttr, PortState, Sharing,
 };
-pub(crate) use crate::engine::shared::device::{
-    DeviceShared, EngineHandle, EngineLink, Pass, RxCounters, closing, next_mr_generation, progress_on,
-};
+pub(crate) use crate::engine::shared::device::{DeviceShared, EngineLink, Pass, next_mr_generation};
 
 /// How long [`Device::open`] waits for this process's engine on the same address to finish
 /// closing (see [`closing`]); past it, the open goes ahead as before.

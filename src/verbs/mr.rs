@@ -29,14 +29,16 @@
 //! rkey it was not given (kernel rxe uses an index with 8 random bits).
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::device::Device;
+use super::error::Error;
 pub use crate::engine::error::OutOfRegion;
 pub use crate::engine::shared::memory::MwType;
 pub(crate) use crate::engine::shared::memory::{
     AtomicBytes, MrInner, MrTable, MwInner, new_borrowed_bytes, new_owned_bytes,
 };
-use crate::transport::{Access, Lkey, RemoteAddr, Rkey};
+use crate::transport::{Access, Lkey, MemError, RemoteAddr, Rkey};
 
 /// A registered memory region (`ibv_mr`). Dropping it deregisters it.
 pub struct MemoryRegion {
@@ -208,4 +210,83 @@ impl Drop for MemoryRegion {
         table.remove(self.inner.lkey);
         self.device.mr_table_changed();
     }
+}
+
+/// Checks receive or send SGEs against the device's memory regions: key, PD, bounds and
+/// (for what the engine writes) LOCAL_WRITE.
+pub(crate) fn check_sges(
+    device: &Device,
+    pd: u32,
+    sges: &[crate::transport::Sge],
+    need_write: bool,
+) -> super::error::Result<()> {
+    // The region this thread checked last, while no region of any device has gone or changed
+    // since: no lock, no table lookup (a post's SGE is nearly always in the region of the
+    // post before). Read before the table, so that a change during the check leaves a memo
+    // that no longer matches.
+    let generation = device.shared.mr_generation.load(Ordering::Acquire);
+    let memo = SGE_MEMO.get();
+    if memo.is_some_and(|m| {
+        m.generation == generation
+            && m.pd == pd
+            && (m.local_write || !need_write)
+            && sges.iter().all(|s| m.holds(s))
+    }) {
+        return Ok(());
+    }
+    let table = device.shared.mrs.read();
+    for s in sges {
+        let mr = match table.local(pd, s.lkey.value()) {
+            Ok(mr) => mr,
+            Err(MemError::PdMismatch) => return Err(Error::PdMismatch(s.lkey)),
+            Err(_) => return Err(Error::BadLkey(s.lkey)),
+        };
+        let inside = s
+            .addr
+            .checked_sub(mr.addr)
+            .and_then(|o| o.checked_add(s.length as u64))
+            .is_some_and(|end| end <= mr.bytes.len() as u64);
+        if !inside {
+            return Err(Error::SgeOutOfRegion { addr: s.addr, len: s.length, lkey: s.lkey });
+        }
+        if need_write && !mr.access.contains(Access::LOCAL_WRITE) {
+            return Err(Error::NotLocalWrite(s.lkey));
+        }
+        SGE_MEMO.set(Some(SgeMemo {
+            generation,
+            pd,
+            lkey: s.lkey.value(),
+            addr: mr.addr,
+            len: mr.bytes.len() as u64,
+            local_write: mr.access.contains(Access::LOCAL_WRITE),
+        }));
+    }
+    Ok(())
+}
+
+/// A region that passed [`check_sges`] on this thread, and the table generation it passed
+/// in (`DeviceShared::mr_generation`).
+#[derive(Debug, Clone, Copy)]
+struct SgeMemo {
+    generation: u64,
+    pd: u32,
+    lkey: u32,
+    addr: u64,
+    len: u64,
+    local_write: bool,
+}
+
+impl SgeMemo {
+    /// Whether `s` lies in this region under its key (the checks of [`check_sges`]).
+    fn holds(&self, s: &crate::transport::Sge) -> bool {
+        s.lkey.value() == self.lkey
+            && s.addr
+                .checked_sub(self.addr)
+                .and_then(|o| o.checked_add(s.length as u64))
+                .is_some_and(|end| end <= self.len)
+    }
+}
+
+thread_local! {
+    static SGE_MEMO: std::cell::Cell<Option<SgeMemo>> = const { std::cell::Cell::new(None) };
 }

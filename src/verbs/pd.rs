@@ -3,7 +3,6 @@
 use super::device::Device;
 use super::error::{Error, Result};
 use super::mr::{MemoryRegion, new_borrowed_bytes, new_owned_bytes};
-use super::qp::{QpInitAttr, QueuePair};
 use crate::transport::Access;
 
 /// A protection domain (`ibv_pd`).
@@ -105,22 +104,6 @@ impl ProtectionDomain {
         let inner = table.insert_mw(self.id, mw_type);
         drop(table);
         Ok(super::MemoryWindow { inner, device: self.device.shared.clone() })
-    }
-
-    /// `ibv_create_qp`.
-    pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<QueuePair> {
-        QueuePair::create(self, init)
-    }
-
-    /// `ibv_create_ah`: an address handle for UD sends (the destination GID must be of the
-    /// device's address family).
-    pub fn create_ah(&self, av: &super::qp::AddressVector) -> Result<super::ah::AddressHandle> {
-        super::ah::AddressHandle::create(self, av)
-    }
-
-    /// `ibv_create_srq`.
-    pub fn create_srq(&self, init: &super::srq::SrqInitAttr) -> Result<super::srq::SharedReceiveQueue> {
-        super::srq::SharedReceiveQueue::create(self, init)
     }
 }
 

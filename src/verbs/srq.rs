@@ -25,7 +25,7 @@ use crossbeam_queue::SegQueue;
 use super::device::Device;
 use super::error::{Error, Result};
 use super::pd::ProtectionDomain;
-use crate::engine::core::Command;
+use crate::engine::command::Command;
 use crate::transport::{PostError, RecvWr};
 
 pub use crate::engine::shared::srq::SrqAttr;
@@ -124,7 +124,7 @@ impl SharedReceiveQueue {
             return Err(PostError::TooManySge { got: wr.sg_list.len(), max: s.max_sge }.into());
         }
         if check_now {
-            super::qp::check_sges(&self.inner.device, s.pd, &wr.sg_list, true)?;
+            super::mr::check_sges(&self.inner.device, s.pd, &wr.sg_list, true)?;
         }
         let max = s.max_wr.load(Ordering::SeqCst) as usize;
         if s.outstanding
@@ -175,5 +175,12 @@ impl SharedReceiveQueue {
             .shared
             .call_for(srqn, |reply| Command::QuerySrq { srqn, reply })?
             .ok_or(Error::InvalidArgument("SRQ destroyed"))
+    }
+}
+
+impl ProtectionDomain {
+    /// `ibv_create_srq`.
+    pub fn create_srq(&self, init: &SrqInitAttr) -> Result<SharedReceiveQueue> {
+        SharedReceiveQueue::create(self, init)
     }
 }

@@ -13,6 +13,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 pub(crate) mod bpf;
@@ -107,4 +108,40 @@ pub(crate) trait Backend: Send {
     fn junk_weight(&self) -> u64 {
         1
     }
+}
+
+/// Counters of the device's receive path, beside the per-QP ones.
+#[derive(Debug, Default)]
+pub(crate) struct RxCounters {
+    pub icrc_err: AtomicU64,
+    pub malformed: AtomicU64,
+    /// Of `malformed`: per [`crate::engine::backend::filter::Junk`] reason but the last (unknown QPs
+    /// are `unknown_qp`).
+    pub junk: [AtomicU64; 7],
+    pub unknown_qp: AtomicU64,
+    pub bad_source: AtomicU64,
+    pub icrc_unexpected_id: AtomicU64,
+    pub send_err: AtomicU64,
+    pub ecn_ce: AtomicU64,
+    /// Packets the kernel dropped because the receive socket was full.
+    pub socket_drops: AtomicU64,
+    // Raw backend: frames dropped before the engine sees them, and sends without a MAC.
+    pub frame_truncated: AtomicU64,
+    pub vlan_tagged: AtomicU64,
+    pub ip_hdr_err: AtomicU64,
+    pub ipv6_ext_hdr: AtomicU64,
+    pub udp_len_err: AtomicU64,
+    pub not_for_us: AtomicU64,
+    pub neigh_unresolved: AtomicU64,
+    // QP1 (GSI): packets dropped before the CM sees them.
+    pub mad_bad_opcode: AtomicU64,
+    pub mad_bad_pkey: AtomicU64,
+    pub mad_bad_qkey: AtomicU64,
+    pub mad_no_route: AtomicU64,
+    /// Packets an engine received on its socket for a QP of another engine, and passed on.
+    pub forwarded: AtomicU64,
+    /// Packets dropped because the owning engine's forward queue was full.
+    pub forward_dropped: AtomicU64,
+    /// Sends from the RoCE port because the QP's UDP source port could not be bound.
+    pub send_port_fallback: AtomicU64,
 }

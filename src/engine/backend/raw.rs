@@ -67,6 +67,7 @@ use std::sync::atomic::Ordering;
 
 use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header, UdpHeader};
 
+use super::RxCounters;
 use super::bpf::{
     Insn, JSET, LD_B_ABS, LD_H_ABS, LD_H_IND, LD_W_ABS, LDX_B_MSH, LDX_IMM, RET, Target, assemble,
     attach_filter, goto, jeq, label, op,
@@ -74,7 +75,6 @@ use super::bpf::{
 use super::filter;
 use super::neigh::Neighbours;
 use super::{Backend, Datagram, Outgoing};
-use crate::engine::shared::device::RxCounters;
 
 /// Frames per `recvmmsg`/`sendmmsg`.
 const BATCH: usize = 64;

@@ -48,8 +48,8 @@ use std::sync::atomic::Ordering;
 
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 
+use super::RxCounters;
 use super::{Backend, Datagram, Outgoing, bpf, filter};
-use crate::engine::shared::device::RxCounters;
 
 /// Datagrams per `recvmmsg`.
 const BATCH: usize = 32;

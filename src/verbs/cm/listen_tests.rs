@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use super::{CmEventType, CmId, CmIdState, EventChannel, PortSpace};
-use crate::engine::core::Command;
+use crate::engine::command::Command;
 use crate::verbs::{Device, DeviceConfig, QpInitAttr};
 
 const T: Duration = Duration::from_secs(10);
