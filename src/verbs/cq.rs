@@ -287,6 +287,22 @@ impl CompletionQueue {
     }
 }
 
+impl Device {
+    /// `ibv_create_cq` with room for `cqe` completions.
+    pub fn create_cq(&self, cqe: usize) -> Result<CompletionQueue> {
+        if cqe == 0 || cqe > self.shared.attr.max_cqe as usize {
+            return Err(Error::Limit { what: "max_cqe", max: self.shared.attr.max_cqe as u64 });
+        }
+        let n = self.shared.cq_count.fetch_add(1, Ordering::Relaxed);
+        if n >= self.shared.attr.max_cq {
+            self.shared.cq_count.fetch_sub(1, Ordering::Relaxed);
+            return Err(Error::Limit { what: "max_cq", max: self.shared.attr.max_cq as u64 });
+        }
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        Ok(CompletionQueue { shared: std::sync::Arc::new(CqShared::new(id, cqe)?), device: self.clone() })
+    }
+}
+
 impl AsRawFd for CompletionQueue {
     /// The completion channel: readable after [`CompletionQueue::req_notify`] once a
     /// completion arrives. Consume with [`CompletionQueue::ack_notify`].

@@ -10,9 +10,9 @@ use crossbeam_queue::SegQueue;
 use parking_lot::{Mutex, RwLock};
 
 use super::error::{Error, Result};
-use super::mr::MrTable;
 use crate::engine::command::Command;
 use crate::engine::core::Engine;
+use crate::engine::shared::memory::MrTable;
 use crate::transport::{Counters, Mtu};
 use crate::wire::gid::{Gid, GidIndex, GidType};
 
@@ -24,6 +24,9 @@ pub use crate::engine::shared::device::{
     AsyncEvent, AsyncEventHook, DeviceAttr, PortAttr, PortState, Sharing,
 };
 pub(crate) use crate::engine::shared::device::{DeviceShared, EngineLink, Pass, next_mr_generation};
+
+/// The devices this process opened (what the RDMA CM chooses from).
+static OPEN: Mutex<Vec<WeakDevice>> = Mutex::new(Vec::new());
 
 /// How long [`Device::open`] waits for this process's engine on the same address to finish
 /// closing (see [`closing`]); past it, the open goes ahead as before.
@@ -498,8 +501,18 @@ impl Device {
             j.finish();
         }
         let dev = Device { _engine: Arc::new(handle), shared };
-        super::cm::registry::register(&dev);
+        let mut open = OPEN.lock();
+        open.retain(|w| w.is_alive());
+        open.push(dev.downgrade());
+        drop(open);
         Ok(dev)
+    }
+
+    /// Every device of this process still open, in the order they were opened.
+    pub(crate) fn open_devices() -> Vec<Device> {
+        let mut d = OPEN.lock();
+        d.retain(|w| w.is_alive());
+        d.iter().filter_map(|w| w.upgrade()).collect()
     }
 
     /// The device without keeping it open.
@@ -714,22 +727,6 @@ impl Device {
         }
         Ok(super::ProtectionDomain {
             id: self.shared.next_id.fetch_add(1, Ordering::Relaxed),
-            device: self.clone(),
-        })
-    }
-    /// `ibv_create_cq` with room for `cqe` completions.
-    pub fn create_cq(&self, cqe: usize) -> Result<super::CompletionQueue> {
-        if cqe == 0 || cqe > self.shared.attr.max_cqe as usize {
-            return Err(Error::Limit { what: "max_cqe", max: self.shared.attr.max_cqe as u64 });
-        }
-        let n = self.shared.cq_count.fetch_add(1, Ordering::Relaxed);
-        if n >= self.shared.attr.max_cq {
-            self.shared.cq_count.fetch_sub(1, Ordering::Relaxed);
-            return Err(Error::Limit { what: "max_cq", max: self.shared.attr.max_cq as u64 });
-        }
-        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        Ok(super::CompletionQueue {
-            shared: Arc::new(super::cq::CqShared::new(id, cqe)?),
             device: self.clone(),
         })
     }

@@ -36,7 +36,7 @@ use super::error::Error;
 pub use crate::engine::error::OutOfRegion;
 pub use crate::engine::shared::memory::MwType;
 pub(crate) use crate::engine::shared::memory::{
-    AtomicBytes, MrInner, MrTable, MwInner, new_borrowed_bytes, new_owned_bytes,
+    AtomicBytes, MrInner, MwInner, new_borrowed_bytes, new_owned_bytes,
 };
 use crate::transport::{Access, Lkey, MemError, RemoteAddr, Rkey};
 

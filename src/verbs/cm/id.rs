@@ -414,6 +414,7 @@ impl CmId {
     }
 
     fn set_device(&mut self, dev: Device) {
+        install(&dev);
         self.inner.st.lock().dev = Some(dev.downgrade());
         self.dev = Some(dev);
     }
@@ -604,6 +605,7 @@ impl CmId {
             Some(d) => vec![d.clone()],
             None => registry::devices_for_wildcard(src.is_ipv4(), true),
         };
+        devs.iter().for_each(install);
         if devs.is_empty() {
             return Err(Error::NoDevice);
         }
@@ -1191,11 +1193,17 @@ fn cm_moves(
 }
 
 /// Sets up the RDMA CM's state of a device and installs its handler of the device's IB CM
-/// events (at [`Device::open`]).
+/// events, the first time an id takes the device (binds or resolves to it, or listens on
+/// it); an incoming request's new id takes the device its listener has.
 pub(crate) fn install(dev: &Device) {
     let shared = &dev.shared;
+    if shared.cm_state.get().is_some() {
+        return;
+    }
     let state = CmDevice { weak: dev.downgrade(), conns: Mutex::new(DevCm::default()) };
-    let _ = shared.cm_state.set(Box::new(state));
+    if shared.cm_state.set(Box::new(state)).is_err() {
+        return; // another thread installed it meanwhile
+    }
     let weak = Arc::downgrade(shared);
     *shared.cm_sink.lock() = Some(Box::new(move |cm, now, ev| {
         if let Some(s) = weak.upgrade() {

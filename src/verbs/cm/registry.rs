@@ -17,22 +17,11 @@ use crate::wire::cma::PortSpace;
 /// Opens a device for a local address when no open device serves it.
 pub type DeviceOpener = dyn Fn(IpAddr) -> crate::verbs::Result<Device> + Send + Sync;
 
-static DEVICES: Mutex<Vec<WeakDevice>> = Mutex::new(Vec::new());
 static OPENER: RwLock<Option<Arc<DeviceOpener>>> = RwLock::new(None);
-
-/// Remembers an open device (called by [`Device::open`]).
-pub(crate) fn register(dev: &Device) {
-    super::id::install(dev);
-    let mut d = DEVICES.lock();
-    d.retain(|w| w.is_alive());
-    d.push(dev.downgrade());
-}
 
 /// Every open device, in the order they were opened.
 pub fn devices() -> Vec<Device> {
-    let mut d = DEVICES.lock();
-    d.retain(|w| w.is_alive());
-    d.iter().filter_map(|w| w.upgrade()).collect()
+    Device::open_devices()
 }
 
 /// Sets how the RDMA CM opens a device for a local address no open device serves (for
