@@ -625,6 +625,97 @@ fn fence_waits_for_earlier_reads() {
     assert_eq!(second.iter().map(|p| op(p)).collect::<Vec<_>>(), [Opcode::RC_SEND_ONLY]);
 }
 
+/// Found with Open MPI's one-sided `MPI_Get` over UCX (which fences the READ after
+/// `MPI_Win_fence`): the probe went back N while a fenced 4 MiB READ's responses were still
+/// on their way, the rewind put the READ back to not-yet-sent, and its fence then waited for
+/// the READ's own credit: the requester sent nothing more. The late responses were dropped,
+/// the local ACK timer found no WQE in flight at the head and was not re-armed: no retry, no
+/// error, for ever. A WQE resent after a rewind passed its fence when it was first sent.
+#[test]
+fn a_fenced_read_rewound_by_the_probe_is_asked_for_again() {
+    let mut d = Duo::new(PairConfig { mtu: Mtu::Mtu1024, timeout: 14, ..PairConfig::default() });
+    let data = fill(&d.mb, TGT, TGT_ADDR, 8192, 11);
+    // READ 1 measures the round trip (the probe needs one).
+    d.a.post_send(SendWr::new(1, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(0, 64)])).unwrap();
+    let req = d.tx_a();
+    d.deliver_b(&req);
+    let resp = d.tx_b();
+    d.deliver_a(&resp);
+    assert_eq!(d.a_send.len(), 1);
+    let mut w = SendWr::new(2, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(0, 8192)]);
+    w.fence = true;
+    d.a.post_send(w).unwrap();
+    let req = d.tx_a();
+    assert_eq!(req.iter().map(|p| op(p)).collect::<Vec<_>>(), [Opcode::RC_READ_REQ]);
+    d.deliver_b(&req);
+    let late = d.tx_b(); // the peer's answer, held up (it is busy with its own work)
+    assert_eq!(late.len(), 8);
+    // Nothing acknowledged for a probe interval: go back N.
+    d.advance(PROBE_MIN);
+    assert_eq!(d.a.counters().probe_retransmit, 1);
+    let again = d.tx_a();
+    assert_eq!(again, req, "the fenced READ is asked for again");
+    // The first answer arrives after all, then the peer answers the duplicate too.
+    d.deliver_a(&late);
+    d.deliver_b(&again);
+    d.settle();
+    assert_eq!(
+        d.a_send.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(d.ma.get(BUF, BUF_ADDR, 8192), data);
+    assert_eq!(d.a.poll_timeout(), None, "nothing outstanding");
+}
+
+/// The same rewind by the local ACK timer, with every request lost: the fenced READ is
+/// retried on each timeout and, the retries spent, completes in error. (It used to be
+/// retried once; the second timeout found it rewound and stopped the timer.)
+#[test]
+fn a_fenced_read_is_retried_on_its_timer_until_it_fails() {
+    let mut d = Duo::new(PairConfig { retry_cnt: 3, ..PairConfig::default() });
+    let mut w = SendWr::new(1, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(0, 3000)]);
+    w.fence = true;
+    d.a.post_send(w).unwrap();
+    let mut sent = 0;
+    for _ in 0..10 {
+        sent += d.tx_a().len(); // all lost
+        d.advance(RTO);
+    }
+    assert_eq!(sent, 4, "first transmission plus three retries");
+    assert_eq!(d.a.state(), QpState::Err);
+    assert_eq!(d.a_send.iter().map(|w| w.status).collect::<Vec<_>>(), [WcStatus::RetryExcErr]);
+}
+
+/// A fenced SEND resent by go-back-N while a READ posted after it holds a credit: the fence
+/// orders the SEND after the READs before it, not after those behind it.
+#[test]
+fn a_fenced_send_rewound_behind_a_later_read_is_resent() {
+    let mut d = duo();
+    recv(&mut d, 1, 0, 64);
+    d.a.post_send(SendWr::new(1, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(0, 64)])).unwrap();
+    let mut w = SendWr::new(2, SendOp::Send, &[Duo::sge(0, 8)]);
+    w.fence = true;
+    d.a.post_send(w).unwrap();
+    d.a.post_send(SendWr::new(3, SendOp::RdmaRead(Duo::remote(0)), &[Duo::sge(64, 64)])).unwrap();
+    let first = d.tx_a();
+    assert_eq!(first.iter().map(|p| op(p)).collect::<Vec<_>>(), [Opcode::RC_READ_REQ]);
+    d.deliver_b(&first);
+    let resp = d.tx_b();
+    d.deliver_a(&resp);
+    let second = d.tx_a(); // lost
+    let ops = [Opcode::RC_SEND_ONLY, Opcode::RC_READ_REQ];
+    assert_eq!(second.iter().map(|p| op(p)).collect::<Vec<_>>(), ops);
+    d.advance(RTO);
+    let again = d.tx_a();
+    assert_eq!(again, second, "both resent, the fenced SEND first");
+    d.deliver_b(&again);
+    d.settle();
+    assert_eq!(
+        d.a_send.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (2, WcStatus::Success), (3, WcStatus::Success)]
+    );
+}
+
 #[test]
 fn max_rd_atomic_bounds_outstanding_reads() {
     let mut d = Duo::new(PairConfig { rd_atomic: 2, ..PairConfig::default() });
@@ -802,6 +893,26 @@ fn sq_drain_raises_its_event() {
     assert_eq!(d.a.poll_event(), Some(QpEvent::SqDrained));
     d.a.modify(&QpAttrUpdate { state: Some(QpState::Rts), ..Default::default() }).unwrap();
     assert_eq!(d.tx_a().len(), 1);
+}
+
+/// SQD finishes what was started: a request lost after the QP entered SQD is resent on its
+/// timer (the rewind makes it look unstarted; SQD used to hold it back for ever), and the
+/// drain completes.
+#[test]
+fn sqd_resends_what_was_started_before_the_drain() {
+    let mut d = duo();
+    recv(&mut d, 1, 0, 64);
+    send(&mut d, 1, 0, 8);
+    let req = d.tx_a(); // lost
+    d.a.modify(&QpAttrUpdate { state: Some(QpState::Sqd), ..Default::default() }).unwrap();
+    send(&mut d, 2, 0, 8);
+    d.advance(RTO);
+    assert_eq!(d.tx_a(), req, "the started SEND is resent, the new one waits");
+    d.deliver_b(&req);
+    let ack = d.tx_b();
+    d.deliver_a(&ack);
+    assert_eq!(d.a_send.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [1]);
+    assert_eq!(d.a.poll_event(), Some(QpEvent::SqDrained));
 }
 
 /// Regression (found by the loss grid after READ-restart change, seed 1003): a cumulative ACK

@@ -71,6 +71,26 @@ fn loss_grid() {
     }
 }
 
+/// Fenced requests under loss, READs among them (what Open MPI's one-sided operations post
+/// after a fence): a rewind must resend a fenced request it already sent, whatever holds a
+/// READ credit now. (Every step also checks that outstanding work is always timed.)
+#[test]
+fn loss_grid_with_fences() {
+    for (k, loss) in [0.01, 0.05, 0.2].into_iter().enumerate() {
+        for (m, mtu) in [Mtu::Mtu256, Mtu::Mtu1024, Mtu::Mtu4096].into_iter().enumerate() {
+            let seed = 2000 + (k * 10 + m) as u64;
+            for fence_every in [1, 3] {
+                let mut w = Workload::new(mixed_ops(mtu.bytes(), 20_000), seed);
+                w.fence_every = fence_every;
+                let out = w.run(cfg(seed, mtu, loss), Duration::from_secs(600));
+                if loss <= 0.05 {
+                    assert!(out.error.is_none(), "seed {seed} fence every {fence_every}: {out:?}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn multi_sge_and_unsignaled() {
     for (seed, mtu) in [(21u64, Mtu::Mtu256), (22, Mtu::Mtu1024), (23, Mtu::Mtu4096)] {

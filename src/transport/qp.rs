@@ -557,6 +557,23 @@ impl Qp {
     pub fn send_queue_len(&self) -> usize {
         self.sq.len()
     }
+    /// Whether the requester owes progress: an RC QP in RTS with send work queued, or in SQD
+    /// with work it started. Such a QP must always have a packet to send or a timer armed
+    /// (the local ACK timer, the RNR timer; unless its timeout is 0, infinite), so that it
+    /// advances, retries, or completes in error: it never waits in silence.
+    pub fn owes_progress(&self) -> bool {
+        self.qp_type == QpType::Rc
+            && match self.state {
+                QpState::Rts => !self.sq.is_empty(),
+                QpState::Sqd => self.sq.iter().any(|w| w.started),
+                _ => false,
+            }
+    }
+    /// The invariant behind [`Qp::owes_progress`], broken: called when [`Qp::poll_transmit`]
+    /// has just returned `None`, true if the QP owes progress and no timer will make it.
+    pub fn silently_stalled(&self) -> bool {
+        self.owes_progress() && self.local_ack_timeout().is_some() && self.poll_timeout().is_none()
+    }
     /// Receive work requests queued.
     pub fn recv_queue_len(&self) -> usize {
         self.rq.len()
@@ -569,8 +586,8 @@ impl Qp {
             .take(4)
             .map(|w| {
                 format!(
-                    "{:?}/{:?}[{}..{}] sent={} read={}",
-                    w.wr.op, w.state, w.first_psn, w.last_psn, w.sent, w.read_done
+                    "{:?}/{:?}[{}..{}] sent={} read={} started={} fence={}",
+                    w.wr.op, w.state, w.first_psn, w.last_psn, w.sent, w.read_done, w.started, w.wr.fence
                 )
             })
             .collect();
@@ -917,6 +934,7 @@ impl Qp {
             sent: 0,
             read_done: 0,
             has_rd_atomic: false,
+            started: false,
         };
         if self.state == QpState::Err {
             self.push_send_wc_for(&wqe, WcStatus::WrFlushErr);
@@ -1160,10 +1178,7 @@ impl Qp {
 
     /// Raises SQ_DRAINED once in SQD when no send WQE is in flight.
     fn check_sq_drained(&mut self) {
-        if self.state == QpState::Sqd
-            && !self.sq_drained_reported
-            && self.sq.iter().all(|w| w.state == WqeState::Posted)
-        {
+        if self.state == QpState::Sqd && !self.sq_drained_reported && self.sq.iter().all(|w| !w.started) {
             self.sq_drained_reported = true;
             self.events.push_back(QpEvent::SqDrained);
         }

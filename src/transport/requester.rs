@@ -42,11 +42,12 @@ impl Qp {
             let idx = self.req.wqe_index;
             let w = self.sq.get(idx)?;
             // SQD: finish what was started, start nothing new.
-            if self.state == QpState::Sqd && w.state == WqeState::Posted {
+            if self.state == QpState::Sqd && !w.started {
                 return None;
             }
-            // Fence: wait until no READ or atomic is outstanding.
-            if w.wr.fence && w.state == WqeState::Posted && self.req.rd_atomic < self.attr.max_rd_atomic {
+            // Fence: wait until no READ or atomic is outstanding. Once: a WQE resent after a
+            // rewind passed its fence, and a READ posted behind it may hold a credit now.
+            if w.wr.fence && !w.started && self.req.rd_atomic < self.attr.max_rd_atomic {
                 return None;
             }
             if !w.wr.op.is_local() {
@@ -230,6 +231,7 @@ impl Qp {
             self.req.max_psn = self.req.psn;
         }
         w.sent += payload_len;
+        w.started = true;
         if end {
             w.state = if rc { WqeState::Pending } else { WqeState::Done };
             self.req.wqe_index += 1;

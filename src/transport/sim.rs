@@ -329,6 +329,11 @@ impl Endpoint {
                 }
             }
             if !sent {
+                // Nothing more to send: an RC QP with outstanding work must be waiting on a
+                // timer, or no retry and no error would ever come.
+                for qp in &self.qps {
+                    assert!(!qp.silently_stalled(), "silent stall at {now:?}: {}", qp.debug_state());
+                }
                 break;
             }
         }

@@ -42,6 +42,11 @@ pub(crate) struct SendWqe {
     pub read_done: u64,
     /// Took one of the `max_rd_atomic` credits.
     pub has_rd_atomic: bool,
+    /// A packet of it was sent. A go-back-N rewind puts a WQE back to `Posted` but does not
+    /// unsend it: it passed its fence when it was first sent (what the fence waited for has
+    /// completed since, and what holds a credit now was posted after it), and SQD must
+    /// finish it.
+    pub started: bool,
 }
 
 /// Requester state (rxe's `qp->req`).

@@ -77,6 +77,8 @@ impl Duo {
         while let Some(t) = self.a.poll_transmit(self.now, &self.ma, &mut buf) {
             out.push(buf[..t.len].to_vec());
         }
+        // Whatever the test did to the packets: outstanding work is always timed.
+        assert!(!self.a.silently_stalled(), "silent stall: {}", self.a.debug_state());
         self.drain();
         out
     }
@@ -88,6 +90,8 @@ impl Duo {
         while let Some(t) = self.b.poll_transmit(self.now, &self.mb, &mut buf) {
             out.push(buf[..t.len].to_vec());
         }
+        // Whatever the test did to the packets: outstanding work is always timed.
+        assert!(!self.b.silently_stalled(), "silent stall: {}", self.b.debug_state());
         self.drain();
         out
     }

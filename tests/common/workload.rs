@@ -82,13 +82,15 @@ pub struct Workload {
     pub signal_every: usize,
     /// SGEs to split each send/write source into.
     pub gather: usize,
+    /// Fence every Nth operation (0 = none).
+    pub fence_every: usize,
     /// SGEs to split each receive buffer into.
     pub scatter: usize,
 }
 
 impl Workload {
     pub fn new(ops: Vec<Op>, seed: u64) -> Workload {
-        Workload { ops, seed, window: 16, signal_every: 1, gather: 1, scatter: 1 }
+        Workload { ops, seed, window: 16, signal_every: 1, gather: 1, fence_every: 0, scatter: 1 }
     }
 
     fn split(addr: u64, len: u32, parts: usize, lkey: u32) -> Vec<Sge> {
@@ -221,6 +223,7 @@ impl Workload {
                 };
                 let mut wr = SendWr::new(i as u64, sop, &sg);
                 wr.signaled = (i + 1).is_multiple_of(self.signal_every) || i + 1 == self.ops.len();
+                wr.fence = self.fence_every > 0 && (i + 1).is_multiple_of(self.fence_every);
                 p.a.qp(0).post_send(wr).unwrap_or_else(|e| panic!("{ctx}: post {i}: {e}"));
                 *next_send += 1;
             }
