@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use libc::c_int;
 
+use super::Errno;
 use super::table::{self, Kind};
 use super::wait;
-use crate::util::Errno;
 
 /// `rpoll(fds, nfds, timeout)`: how many entries have events.
 pub fn poll(fds: &mut [libc::pollfd], timeout: c_int) -> Result<c_int, Errno> {

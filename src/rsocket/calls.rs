@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use libc::c_int;
 
+use super::Errno;
 use super::proto::{self, OLAP_START_SIZE};
 use super::stream;
 use super::svc;
@@ -14,7 +15,6 @@ use super::table::{self, Kind, Socket};
 use super::tcp::{Phase, StreamSock};
 use super::udp::DgramSock;
 use super::wait;
-use crate::util::Errno;
 
 /// What a step of a blocking call found.
 enum Step<T> {
@@ -82,28 +82,17 @@ fn nonblocking(sock: &Socket, flags: c_int) -> bool {
     (fd_flags & libc::O_NONBLOCK) != 0 || (flags & libc::MSG_DONTWAIT) != 0
 }
 
-/// `rsocket`.
-pub fn socket(domain: c_int, ty: c_int, protocol: c_int) -> Result<c_int, Errno> {
-    let ty = ty & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
-    let ok = matches!(domain, libc::AF_INET | libc::AF_INET6)
-        && match ty {
-            libc::SOCK_STREAM => protocol == 0 || protocol == libc::IPPROTO_TCP,
-            libc::SOCK_DGRAM => protocol == 0 || protocol == libc::IPPROTO_UDP,
-            _ => false,
-        };
-    if !ok {
-        return Err(libc::ENOTSUP);
-    }
-    super::super::init();
+/// `rsocket`, once the C side has checked the arguments (`domain` `AF_INET` or
+/// `AF_INET6`, `stream` for `SOCK_STREAM`, else `SOCK_DGRAM`).
+pub fn socket(domain: c_int, stream: bool) -> Result<c_int, Errno> {
     let d = table::defaults();
-    let s = if ty == libc::SOCK_STREAM {
+    let s = if stream {
         Socket::stream(StreamSock::new(domain, d)?)
     } else {
         Socket::dgram(DgramSock::new(domain, d)?)
     };
     let fd = s.fd;
     table::insert(s);
-    super::register_exit();
     Ok(fd)
 }
 
