@@ -6,8 +6,8 @@
 //! |---|---|
 //! | [`proto`] | the messages (connection data, immediate data, SGL and iomap entries, datagram headers): pure, fuzzable |
 //! | [`stream`] | the stream protocol's credit and sequence state machine, without I/O |
-//! | `tcp` | stream sockets: the id, QP, CQ and buffers around a [`stream::Stream`] |
-//! | `udp` | datagram sockets: UD QPs, the UDP socket that finds a peer's QP |
+//! | `stream_socket` | stream sockets: the id, QP, CQ and buffers around a [`stream::Stream`] |
+//! | `datagram_socket` | datagram sockets: UD QPs, the UDP socket that finds a peer's QP |
 //! | `calls` | each call with Rust types: blocking, non-blocking, waiting |
 //! | `poll` | `rpoll` over rsockets and ordinary descriptors |
 //! | `wait` | sleeping on descriptors; waking the other sleepers |
@@ -16,15 +16,15 @@
 
 #[doc(hidden)]
 pub mod calls;
+mod datagram_socket;
 #[doc(hidden)]
 pub mod poll;
 pub mod proto;
 pub mod stream;
+mod stream_socket;
 mod svc;
 #[doc(hidden)]
 pub mod table;
-mod tcp;
-mod udp;
 mod wait;
 
 use std::sync::Arc;

@@ -31,8 +31,10 @@ use crate::verbs::{
 use libc::c_int;
 
 use super::Errno;
-use super::calls::{RDMA_INLINE, RDMA_IOMAPSIZE, RDMA_ROUTE, RDMA_RQSIZE, RDMA_SQSIZE, SOL_RDMA};
-use super::proto::{self, DS_UDP_IPV4_HDR_LEN, DsHeader, DsUdpHeader, SNDLOWAT, op};
+use super::proto::{
+    self, DS_UDP_IPV4_HDR_LEN, DsHeader, DsUdpHeader, RDMA_INLINE, RDMA_IOMAPSIZE, RDMA_ROUTE, RDMA_RQSIZE,
+    RDMA_SQSIZE, SNDLOWAT, SOL_RDMA, op,
+};
 use super::table::{Defaults, Kind, Socket};
 use super::wait;
 
@@ -101,7 +103,7 @@ struct Sizes {
 }
 
 /// A datagram rsocket.
-pub struct DgramSock {
+pub struct DatagramSock {
     udp: UdpSocket,
     domain: c_int,
     /// `rfcntl` flags.
@@ -147,9 +149,9 @@ fn device_addr_towards(to: SocketAddr) -> Result<IpAddr, Errno> {
     id.src_addr().map(|a| a.ip()).ok_or(libc::EADDRNOTAVAIL)
 }
 
-impl DgramSock {
+impl DatagramSock {
     /// `rsocket(domain, SOCK_DGRAM, 0)`: the UDP socket (`ds_init`).
-    pub fn new(domain: c_int, d: &Defaults) -> Result<DgramSock, Errno> {
+    pub fn new(domain: c_int, d: &Defaults) -> Result<DatagramSock, Errno> {
         // SAFETY: no pointers; a non-negative result is a descriptor we own.
         let fd = unsafe { libc::socket(domain, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
         if fd < 0 {
@@ -158,7 +160,7 @@ impl DgramSock {
         // SAFETY: just created, owned by nobody else.
         let udp = UdpSocket::from(unsafe { OwnedFd::from_raw_fd(fd) });
         udp.set_nonblocking(true).map_err(io_errno)?;
-        Ok(DgramSock {
+        Ok(DatagramSock {
             udp,
             domain,
             fd_flags: 0,
@@ -638,12 +640,12 @@ fn blank_wc() -> WorkCompletion {
 fn drive<T>(
     sock: &Socket,
     nonblock: bool,
-    mut step: impl FnMut(&mut DgramSock) -> Option<Result<T, Errno>>,
+    mut step: impl FnMut(&mut DatagramSock) -> Option<Result<T, Errno>>,
 ) -> Result<T, Errno> {
     loop {
         let mut fds = {
             let mut g = sock.inner.lock();
-            let Kind::Dgram(d) = &mut *g else { return Err(libc::EBADF) };
+            let Kind::Datagram(d) = &mut *g else { return Err(libc::EBADF) };
             let changed = d.progress();
             let r = step(d);
             if changed {
@@ -665,7 +667,7 @@ fn drive<T>(
 
 fn nonblocking(sock: &Socket, flags: c_int) -> bool {
     let f = match &*sock.inner.lock() {
-        Kind::Dgram(d) => d.fd_flags,
+        Kind::Datagram(d) => d.fd_flags,
         _ => 0,
     };
     f & libc::O_NONBLOCK != 0 || flags & libc::MSG_DONTWAIT != 0
@@ -676,7 +678,7 @@ pub fn send(s: &Socket, data: &[u8], flags: c_int, to: Option<SocketAddr>) -> Re
     let nonblock = nonblocking(s, flags);
     {
         let mut g = s.inner.lock();
-        let Kind::Dgram(d) = &mut *g else { return Err(libc::EBADF) };
+        let Kind::Datagram(d) = &mut *g else { return Err(libc::EBADF) };
         d.init_ep();
         if let Some(to) = to
             && d.conn != Some(to)
