@@ -2,8 +2,16 @@
 //! 44's rsocket protocol on the wire, so that either side may be rdma-core's rsockets (on
 //! kernel rxe, or anywhere). Design: `docs/design/rsockets.md`.
 //!
+//! A Rust program uses [`RsStream`] and [`RsListener`] (stream sockets, like std's
+//! `TcpStream` and `TcpListener`) and [`RsDatagram`] (datagram sockets, like `UdpSocket`);
+//! softroce's `librdmacm.so.1` translates librdmacm's C calls (`rsocket`, `rconnect`,
+//! `rsend`, `rpoll`, …) to the same calls, on the same socket table. The local device is the
+//! RDMA CM's: an open [`Device`](crate::verbs::Device) that serves the address, or one the CM
+//! opens ([`set_device_opener`](crate::verbs::cm::registry::set_device_opener)).
+//!
 //! | module | what |
 //! |---|---|
+//! | `api` | [`RsStream`], [`RsListener`], [`RsDatagram`] |
 //! | [`proto`] | the messages (connection data, immediate data, SGL and iomap entries, datagram headers): pure, fuzzable |
 //! | [`stream`] | the stream protocol's credit and sequence state machine, without I/O |
 //! | `stream_socket` | stream sockets: the id, QP, CQ and buffers around a [`stream::Stream`] |
@@ -14,6 +22,7 @@
 //! | `svc` | the service thread: accepting, keep-alives |
 //! | `table` | rsockets by number; defaults; the guard against `librspreload.so` recursion |
 
+mod api;
 #[doc(hidden)]
 pub mod calls;
 mod datagram_socket;
@@ -30,6 +39,8 @@ mod wait;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
+
+pub use api::{RsDatagram, RsListener, RsStream};
 
 /// An errno value (positive): what the calls fail with, as rdma-core's.
 pub type Errno = i32;
