@@ -61,6 +61,7 @@
 pub mod engine;
 pub mod faults;
 pub mod prelude;
+pub mod rsocket;
 pub mod transport;
 pub mod verbs;
 pub mod wire;

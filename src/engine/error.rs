@@ -113,6 +113,27 @@ pub enum Error {
     EngineGone,
 }
 
+impl Error {
+    /// The `errno` libibverbs reports for this failure (what softroce's drop-in
+    /// `libibverbs.so.1` and rsockets set).
+    pub fn errno(&self) -> i32 {
+        let os = |s: &std::io::Error, default| s.raw_os_error().unwrap_or(default);
+        match self {
+            Error::NoSuchAddress(_) | Error::NoAddress(_) => libc::EADDRNOTAVAIL,
+            Error::NoSuchInterface(_) => libc::ENODEV,
+            Error::Bind { source, .. } => os(source, libc::EADDRINUSE),
+            Error::NeedsCapNetRaw { .. } => libc::EPERM,
+            Error::RawSocket { source, .. } | Error::Io(source) => os(source, libc::EIO),
+            Error::Limit { .. } => libc::ENOMEM,
+            Error::EngineGone => libc::EIO,
+            Error::NoSuchQp(_) => libc::ENOENT,
+            // (the kernel's rdma_get_gid_attr for a GID index that names no GID)
+            Error::GidIndex { .. } => libc::ENODATA,
+            _ => libc::EINVAL,
+        }
+    }
+}
+
 /// Result of a verbs call.
 pub type Result<T> = std::result::Result<T, Error>;
 

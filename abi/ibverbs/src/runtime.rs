@@ -61,6 +61,9 @@ use softroce::verbs::{BackendKind, Device, DeviceConfig};
 use crate::ffi::*;
 use crate::util::{Errno, copy_cstr};
 
+/// The directory prefix of every softroce device's `ibdev_path` (the sysfs files under it are served by `sysfs.rs`).
+pub const IBDEV_PATH_PREFIX: &str = "/sys/class/infiniband";
+
 /// How many loopback addresses a `lo` device tries (127.0.0.1 …).
 pub const LOOPBACK_CANDIDATES: u8 = 64;
 
@@ -158,7 +161,7 @@ impl SrDevice {
         copy_cstr(&mut ibv.name, &name);
         copy_cstr(&mut ibv.dev_name, &format!("uverbs{index}"));
         copy_cstr(&mut ibv.dev_path, &format!("/sys/class/infiniband_verbs/uverbs{index}"));
-        copy_cstr(&mut ibv.ibdev_path, &format!("{}/{name}", crate::sysfs::IBDEV_PATH_PREFIX));
+        copy_cstr(&mut ibv.ibdev_path, &format!("{IBDEV_PATH_PREFIX}/{name}"));
         Ok(SrDevice {
             ibv,
             index,

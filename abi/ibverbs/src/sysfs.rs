@@ -14,11 +14,8 @@ use std::sync::OnceLock;
 
 use libc::{c_char, c_int, size_t};
 
-use crate::runtime::devices;
+use crate::runtime::{IBDEV_PATH_PREFIX, devices};
 use crate::util::{guard, set_errno};
-
-/// The directory prefix of every softroce device's `ibdev_path`.
-pub const IBDEV_PATH_PREFIX: &str = "/sys/class/infiniband";
 
 /// `ibv_get_sysfs_path`: `$SYSFS_PATH` without trailing slashes (ignored when setuid), else
 /// `/sys`.

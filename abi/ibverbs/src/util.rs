@@ -71,21 +71,7 @@ pub fn zero_or_minus1(f: impl FnOnce() -> Result<(), Errno>) -> c_int {
 
 /// The errno the real library would give for a softroce error.
 pub fn errno_of(e: &softroce::verbs::Error) -> Errno {
-    use softroce::verbs::Error as E;
-    let os = |s: &std::io::Error, default| s.raw_os_error().unwrap_or(default);
-    match e {
-        E::NoSuchAddress(_) | E::NoAddress(_) => libc::EADDRNOTAVAIL,
-        E::NoSuchInterface(_) => libc::ENODEV,
-        E::Bind { source, .. } => os(source, libc::EADDRINUSE),
-        E::NeedsCapNetRaw { .. } => libc::EPERM,
-        E::RawSocket { source, .. } | E::Io(source) => os(source, libc::EIO),
-        E::Limit { .. } => libc::ENOMEM,
-        E::EngineGone => libc::EIO,
-        E::NoSuchQp(_) => libc::ENOENT,
-        // (the kernel's rdma_get_gid_attr for a GID index that names no GID)
-        E::GidIndex { .. } => libc::ENODATA,
-        _ => libc::EINVAL,
-    }
+    e.errno()
 }
 
 /// Copies a Rust string into a fixed C `char` array, truncated, NUL-terminated.

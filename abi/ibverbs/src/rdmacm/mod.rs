@@ -256,6 +256,7 @@ fn init() {
     static INIT: OnceLock<()> = OnceLock::new();
     INIT.get_or_init(|| {
         softroce::verbs::cm::registry::set_device_opener(Some(Arc::new(open_for)));
+        softroce::rsocket::set_device_starter(Some(Arc::new(start_all)));
         if let Some(h) = ExitHelper::start() {
             let _ = EXIT_HELPER.set(h);
             // SAFETY: registers a function with no arguments that stays in the library (which

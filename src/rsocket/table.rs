@@ -8,15 +8,15 @@ use std::sync::{Arc, LazyLock, OnceLock};
 use libc::c_int;
 use parking_lot::{Mutex, RwLock};
 
-use super::tcp::StreamSock;
-use super::udp::DgramSock;
+use super::datagram_socket::DatagramSock;
+use super::stream_socket::StreamSock;
 
 /// What an rsocket is.
 pub enum Kind {
     /// `SOCK_STREAM`.
     Stream(Box<StreamSock>),
     /// `SOCK_DGRAM`.
-    Dgram(Box<DgramSock>),
+    Datagram(Box<DatagramSock>),
     /// Closed (another thread still held it).
     Closed,
 }
@@ -41,8 +41,8 @@ impl Socket {
     }
 
     /// A datagram socket (numbered by its UDP socket's descriptor).
-    pub fn dgram(s: DgramSock) -> Arc<Socket> {
-        Arc::new(Socket { fd: s.fd(), inner: Mutex::new(Kind::Dgram(Box::new(s))) })
+    pub fn datagram(s: DatagramSock) -> Arc<Socket> {
+        Arc::new(Socket { fd: s.fd(), inner: Mutex::new(Kind::Datagram(Box::new(s))) })
     }
 }
 

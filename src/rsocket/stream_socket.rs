@@ -17,17 +17,17 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use libc::c_int;
-use softroce::verbs::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, EventParam, PortSpace};
-use softroce::verbs::{
+use crate::verbs::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, EventParam, PortSpace};
+use crate::verbs::{
     Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpInitAttr, QueuePair, RecvWr, RemoteAddr, Rkey,
     SendWr, Sge, WcStatus, WorkCompletion,
 };
+use libc::c_int;
 
+use super::Errno;
 use super::proto::{self, ConnData, RsIomap, RsSge};
 use super::stream::{self, Config, LocalBufs, Post, Region, Src, Stream};
 use super::table::{Defaults, Socket};
-use crate::util::Errno;
 
 /// Receive work request ids carry this bit (send ids are [`proto::Msg`] values).
 const RECV_FLAG: u64 = 1 << 63;
@@ -182,9 +182,9 @@ impl Endpoint {
             sq_inline: o.sq_inline.min(max_inline),
             target_iomap_size: o.iomap_size,
         };
-        let v = |e: softroce::verbs::Error| {
+        let v = |e: crate::verbs::Error| {
             tracing::debug!(target: "softroce::rsocket", error = %e, "no rsocket endpoint");
-            crate::util::errno_of(&e)
+            e.errno()
         };
         let pd = dev.alloc_pd().map_err(v)?;
         let cq = dev.create_cq(usize::from(sq) + usize::from(rq)).map_err(v)?;
@@ -291,7 +291,7 @@ impl Endpoint {
 }
 
 fn blank_wc() -> WorkCompletion {
-    WorkCompletion::new(0, WcStatus::Success, softroce::verbs::WcOpcode::Send, softroce::verbs::Qpn::new(0))
+    WorkCompletion::new(0, WcStatus::Success, crate::verbs::WcOpcode::Send, crate::verbs::Qpn::new(0))
 }
 
 /// A [`Post`] as a work request.
@@ -449,7 +449,7 @@ impl StreamSock {
         // Each step says why it failed (RUST_LOG=softroce::rsocket=debug): the CM folds
         // several causes into one errno.
         let why = |step: &'static str| {
-            move |e: softroce::verbs::cm::Error| {
+            move |e: crate::verbs::cm::Error| {
                 tracing::debug!(target: "softroce::rsocket", %dst, step, error = %e, "rconnect failed");
                 e.errno()
             }
@@ -457,7 +457,7 @@ impl StreamSock {
         let id = self.id.as_mut().ok_or(libc::EBADF)?;
         if id.device().is_none() {
             // As rdma_resolve_addr without a source: every listed device is up.
-            crate::rdmacm::start_all();
+            super::start_devices();
         }
         id.resolve_addr(None, dst, Duration::from_secs(2)).map_err(why("resolve_addr"))?;
         self.expect_event(CmEventType::AddrResolved)?;
@@ -566,7 +566,7 @@ impl StreamSock {
             id.bind_addr(any).map_err(|e| e.errno())?;
         }
         if id.device().is_none() {
-            crate::rdmacm::start_all();
+            super::start_devices();
         }
         id.listen(backlog.max(0) as usize).map_err(|e| e.errno())?;
         self.accepted = Some(AcceptQueue::new().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?);
@@ -610,7 +610,7 @@ impl StreamSock {
         &self,
         mut id: CmId,
         peer: &ConnData,
-        req: &softroce::verbs::cm::ConnEventParam,
+        req: &crate::verbs::cm::ConnEventParam,
     ) -> Result<Box<StreamSock>, Errno> {
         let r = (|| {
             let chan = EventChannel::new().map_err(|e| e.errno())?;
@@ -670,7 +670,7 @@ impl StreamSock {
         // SAFETY: fcntl on a descriptor the channel owns; the result is a descriptor we own.
         let n = unsafe { libc::fcntl(s.chan.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
         if n < 0 {
-            let e = crate::util::errno();
+            let e = super::last_errno();
             s.close();
             return Some(Err(e));
         }
@@ -824,7 +824,7 @@ impl StreamSock {
         let access = if write { Access::LOCAL_WRITE | Access::REMOTE_WRITE } else { Access::LOCAL_WRITE };
         // SAFETY: per this function's contract; the application accepts that the peer writes
         // the memory at any time (riomap's purpose).
-        let mr = unsafe { ep.pd.register_raw(buf, len, access) }.map_err(|e| crate::util::errno_of(&e))?;
+        let mr = unsafe { ep.pd.register_raw(buf, len, access) }.map_err(|e| e.errno())?;
         let offset = if offset == -1 { buf as i64 } else { offset };
         self.iomaps.push(IoMapping { mr, offset: offset as u64, index, sent: index.is_none() });
         Ok(offset)
@@ -861,7 +861,7 @@ impl StreamSock {
     pub fn shutdown_done(&mut self) {
         let disconnected = self.stream().is_some_and(|s| s.state & stream::DISCONNECTED != 0);
         if disconnected && let Some(qp) = self.id.as_ref().and_then(|i| i.qp()) {
-            let _ = qp.modify(&softroce::verbs::QpAttrs::error());
+            let _ = qp.modify(&crate::verbs::QpAttrs::error());
         }
     }
 
@@ -886,7 +886,7 @@ impl StreamSock {
 
     /// At exit: the connection's DREQ (as the kernel sends it for a process that ends); the
     /// device, to flush.
-    pub fn disconnect_at_exit(&mut self) -> Option<softroce::verbs::Device> {
+    pub fn disconnect_at_exit(&mut self) -> Option<crate::verbs::Device> {
         if self.phase != Phase::Connected {
             return None;
         }

@@ -23,27 +23,29 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use libc::c_int;
-use softroce::verbs::cm::{CmId, PortSpace};
-use softroce::verbs::{
+use crate::verbs::cm::{CmId, PortSpace};
+use crate::verbs::{
     Access, AddressHandle, AddressVector, CompletionQueue, Gid, MemoryRegion, ProtectionDomain, Qkey,
     QpInitAttr, Qpn, RecvWr, SendWr, WcStatus, WorkCompletion,
 };
+use libc::c_int;
 
-use super::calls::{RDMA_INLINE, RDMA_IOMAPSIZE, RDMA_ROUTE, RDMA_RQSIZE, RDMA_SQSIZE, SOL_RDMA};
-use super::proto::{self, DS_UDP_IPV4_HDR_LEN, DsHeader, DsUdpHeader, SNDLOWAT, op};
+use super::Errno;
+use super::proto::{
+    self, DS_UDP_IPV4_HDR_LEN, DsHeader, DsUdpHeader, RDMA_INLINE, RDMA_IOMAPSIZE, RDMA_ROUTE, RDMA_RQSIZE,
+    RDMA_SQSIZE, SNDLOWAT, SOL_RDMA, op,
+};
 use super::table::{Defaults, Kind, Socket};
 use super::wait;
-use crate::util::Errno;
 
 /// A receive slot (and a send slot): rdma-core's `RS_SNDLOWAT`.
 const SLOT: usize = SNDLOWAT as usize;
 /// The GRH area in front of every UD receive.
-const GRH: usize = softroce::verbs::GRH_LEN;
+const GRH: usize = crate::verbs::GRH_LEN;
 /// Receive work request ids carry this bit; the rest is the slot's offset.
 const RECV_FLAG: u64 = 1 << 63;
 /// rdma_cm's Q_Key for UDP-port-space QPs.
-const QKEY: u32 = softroce::wire::cma::RDMA_UDP_QKEY;
+const QKEY: u32 = crate::wire::cma::RDMA_UDP_QKEY;
 
 /// One UD QP: the local address it sends from, its buffers and free send slots.
 struct DsQp {
@@ -101,7 +103,7 @@ struct Sizes {
 }
 
 /// A datagram rsocket.
-pub struct DgramSock {
+pub struct DatagramSock {
     udp: UdpSocket,
     domain: c_int,
     /// `rfcntl` flags.
@@ -122,8 +124,8 @@ pub struct DgramSock {
     pub bad_udp: u64,
 }
 
-fn verbs_errno(e: softroce::verbs::Error) -> Errno {
-    crate::util::errno_of(&e)
+fn verbs_errno(e: crate::verbs::Error) -> Errno {
+    e.errno()
 }
 
 fn io_errno(e: std::io::Error) -> Errno {
@@ -141,24 +143,24 @@ fn any_addr(ip: IpAddr) -> bool {
 /// The address of the local device that reaches `to` (`rdma_resolve_addr`'s choice).
 fn device_addr_towards(to: SocketAddr) -> Result<IpAddr, Errno> {
     // As rdma_resolve_addr without a source: every listed device is up.
-    crate::rdmacm::start_all();
+    super::start_devices();
     let mut id = CmId::new(None, PortSpace::Udp).map_err(|e| e.errno())?;
     id.resolve_addr(None, to, Duration::from_secs(2)).map_err(|e| e.errno())?;
     id.src_addr().map(|a| a.ip()).ok_or(libc::EADDRNOTAVAIL)
 }
 
-impl DgramSock {
+impl DatagramSock {
     /// `rsocket(domain, SOCK_DGRAM, 0)`: the UDP socket (`ds_init`).
-    pub fn new(domain: c_int, d: &Defaults) -> Result<DgramSock, Errno> {
+    pub fn new(domain: c_int, d: &Defaults) -> Result<DatagramSock, Errno> {
         // SAFETY: no pointers; a non-negative result is a descriptor we own.
         let fd = unsafe { libc::socket(domain, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
         if fd < 0 {
-            return Err(crate::util::errno());
+            return Err(super::last_errno());
         }
         // SAFETY: just created, owned by nobody else.
         let udp = UdpSocket::from(unsafe { OwnedFd::from_raw_fd(fd) });
         udp.set_nonblocking(true).map_err(io_errno)?;
-        Ok(DgramSock {
+        Ok(DatagramSock {
             udp,
             domain,
             fd_flags: 0,
@@ -210,12 +212,11 @@ impl DgramSock {
     /// `rbind`.
     pub fn bind(&mut self, a: SocketAddr) -> Result<(), Errno> {
         self.init_ep();
-        let mut st = unsafe_zeroed_storage();
-        let len = super::super::write_sockaddr(&mut st, Some(a));
-        // SAFETY: `st` holds a sockaddr of `len` bytes.
-        let r = unsafe { libc::bind(self.fd(), (&raw const st).cast(), len) };
+        let sa = socket2::SockAddr::from(a);
+        // SAFETY: `sa` holds a sockaddr of `sa.len()` bytes.
+        let r = unsafe { libc::bind(self.fd(), sa.as_ptr().cast(), sa.len()) };
         if r != 0 {
-            return Err(crate::util::errno());
+            return Err(super::last_errno());
         }
         Ok(())
     }
@@ -520,7 +521,7 @@ impl DgramSock {
             let r =
                 unsafe { libc::setsockopt(self.fd(), l, n, v.as_ptr().cast(), v.len() as libc::socklen_t) };
             if r != 0 {
-                return Err(crate::util::errno());
+                return Err(super::last_errno());
             }
         }
         match (l, n) {
@@ -589,21 +590,20 @@ impl DgramSock {
             let h = DsUdpHeader { op: op::DATA, qpn: q.qpn(), addr: q.hdr.addr.ip() };
             let mut m = h.emit();
             m.extend_from_slice(data);
-            let mut st = unsafe_zeroed_storage();
-            let len = super::super::write_sockaddr(&mut st, Some(to));
-            // SAFETY: `m` is readable, `st` holds a sockaddr of `len` bytes.
+            let sa = socket2::SockAddr::from(to);
+            // SAFETY: `m` is readable, `sa` holds a sockaddr of `sa.len()` bytes.
             let r = unsafe {
                 libc::sendto(
                     self.fd(),
                     m.as_ptr().cast(),
                     m.len(),
                     flags & !libc::MSG_DONTWAIT,
-                    (&raw const st).cast(),
-                    len,
+                    sa.as_ptr().cast(),
+                    sa.len(),
                 )
             };
             return Some(if r < 0 {
-                Err(crate::util::errno())
+                Err(super::last_errno())
             } else {
                 Ok((r as usize).saturating_sub(h.len()))
             });
@@ -630,14 +630,8 @@ impl DgramSock {
     }
 }
 
-/// A zeroed `sockaddr_storage`.
-fn unsafe_zeroed_storage() -> libc::sockaddr_storage {
-    // SAFETY: sockaddr_storage is plain data: all-zero is valid.
-    unsafe { std::mem::zeroed() }
-}
-
 fn blank_wc() -> WorkCompletion {
-    WorkCompletion::new(0, WcStatus::Success, softroce::verbs::WcOpcode::Send, Qpn::new(0))
+    WorkCompletion::new(0, WcStatus::Success, crate::verbs::WcOpcode::Send, Qpn::new(0))
 }
 
 /// Runs `step` on datagram socket `sock` (after taking what arrived) until it answers,
@@ -646,12 +640,12 @@ fn blank_wc() -> WorkCompletion {
 fn drive<T>(
     sock: &Socket,
     nonblock: bool,
-    mut step: impl FnMut(&mut DgramSock) -> Option<Result<T, Errno>>,
+    mut step: impl FnMut(&mut DatagramSock) -> Option<Result<T, Errno>>,
 ) -> Result<T, Errno> {
     loop {
         let mut fds = {
             let mut g = sock.inner.lock();
-            let Kind::Dgram(d) = &mut *g else { return Err(libc::EBADF) };
+            let Kind::Datagram(d) = &mut *g else { return Err(libc::EBADF) };
             let changed = d.progress();
             let r = step(d);
             if changed {
@@ -673,7 +667,7 @@ fn drive<T>(
 
 fn nonblocking(sock: &Socket, flags: c_int) -> bool {
     let f = match &*sock.inner.lock() {
-        Kind::Dgram(d) => d.fd_flags,
+        Kind::Datagram(d) => d.fd_flags,
         _ => 0,
     };
     f & libc::O_NONBLOCK != 0 || flags & libc::MSG_DONTWAIT != 0
@@ -684,7 +678,7 @@ pub fn send(s: &Socket, data: &[u8], flags: c_int, to: Option<SocketAddr>) -> Re
     let nonblock = nonblocking(s, flags);
     {
         let mut g = s.inner.lock();
-        let Kind::Dgram(d) = &mut *g else { return Err(libc::EBADF) };
+        let Kind::Datagram(d) = &mut *g else { return Err(libc::EBADF) };
         d.init_ep();
         if let Some(to) = to
             && d.conn != Some(to)

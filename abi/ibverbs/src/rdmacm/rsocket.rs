@@ -1,36 +1,13 @@
-//! The rsocket functions (`RDMACM_1.0`): librdmacm's socket API over softroce's RDMA CM and
-//! verbs, speaking rdma-core 44's rsocket protocol on the wire, so that either side may be
-//! rdma-core's rsockets (on kernel rxe, or anywhere). Design: `docs/design/rsockets.md`.
-//!
-//! | module | what |
-//! |---|---|
-//! | [`proto`] | the messages (connection data, immediate data, SGL and iomap entries, datagram headers): pure, fuzzable |
-//! | [`stream`] | the stream protocol's credit and sequence state machine, without I/O |
-//! | `tcp` | stream sockets: the id, QP, CQ and buffers around a [`stream::Stream`] |
-//! | `udp` | datagram sockets: UD QPs, the UDP socket that finds a peer's QP |
-//! | `calls` | each call with Rust types: blocking, non-blocking, waiting |
-//! | `poll` | `rpoll` over rsockets and ordinary descriptors |
-//! | `wait` | sleeping on descriptors; waking the other sleepers |
-//! | `svc` | the service thread: accepting, keep-alives |
-//! | `table` | rsockets by number; defaults; the guard against `librspreload.so` recursion |
-//!
-//! This file is the C side: argument translation, `errno`, and [`call`] around every body
-//! (no panic reaches C; `errno` is left alone on success).
-
-mod calls;
-mod poll;
-pub mod proto;
-pub mod stream;
-mod svc;
-mod table;
-mod tcp;
-mod udp;
-mod wait;
+//! The rsocket functions (`RDMACM_1.0`): the C side of [`softroce::rsocket`] (argument
+//! translation, `errno`, and [`call`] around every body: no panic reaches C; `errno` is left
+//! alone on success). Design: `docs/design/rsockets.md`.
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 
 use libc::{c_int, c_void, off_t, size_t, sockaddr, socklen_t, ssize_t};
+
+use softroce::rsocket::{calls, poll, table};
 
 use crate::util::{Errno, errno, guard, set_errno};
 
@@ -205,7 +182,22 @@ pub extern "C" fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
         set_errno(libc::ENOTSUP);
         return -1;
     }
-    call(-1, || calls::socket(domain, ty, protocol))
+    call(-1, || {
+        let ty = ty & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
+        let ok = matches!(domain, libc::AF_INET | libc::AF_INET6)
+            && match ty {
+                libc::SOCK_STREAM => protocol == 0 || protocol == libc::IPPROTO_TCP,
+                libc::SOCK_DGRAM => protocol == 0 || protocol == libc::IPPROTO_UDP,
+                _ => false,
+            };
+        if !ok {
+            return Err(libc::ENOTSUP);
+        }
+        super::init();
+        let fd = calls::socket(domain, ty == libc::SOCK_STREAM)?;
+        register_exit();
+        Ok(fd)
+    })
 }
 
 /// `rbind`.

@@ -1,6 +1,6 @@
 //! `rpoll`: rsockets and ordinary descriptors in one call (rdma-core's `rpoll`). Each round
 //! takes what arrived on every rsocket and asks it which of the requested events hold
-//! ([`super::tcp::StreamSock::poll_events`]), and polls the ordinary descriptors without
+//! ([`super::stream_socket::StreamSock::poll_events`]), and polls the ordinary descriptors without
 //! waiting; if nothing is ready it arms the rsockets and sleeps on their descriptors and the
 //! ordinary ones together, then looks again.
 
@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use libc::c_int;
 
+use super::Errno;
 use super::table::{self, Kind};
 use super::wait;
-use crate::util::Errno;
 
 /// `rpoll(fds, nfds, timeout)`: how many entries have events.
 pub fn poll(fds: &mut [libc::pollfd], timeout: c_int) -> Result<c_int, Errno> {
@@ -38,7 +38,7 @@ pub fn poll(fds: &mut [libc::pollfd], timeout: c_int) -> Result<c_int, Errno> {
                         sleep_on.extend(s.arm());
                     }
                 }
-                Kind::Dgram(d) => {
+                Kind::Datagram(d) => {
                     changed |= d.progress();
                     p.revents = d.poll_events(p.events);
                     if p.revents == 0 && timeout != 0 {

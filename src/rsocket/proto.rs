@@ -370,6 +370,19 @@ fn arr4(b: &[u8]) -> [u8; 4] {
     a
 }
 
+/// `SOL_RDMA` (the header's value).
+pub const SOL_RDMA: i32 = 0x10000;
+/// `SOL_RDMA` option names.
+pub const RDMA_SQSIZE: i32 = 0;
+/// See [`RDMA_SQSIZE`].
+pub const RDMA_RQSIZE: i32 = 1;
+/// See [`RDMA_SQSIZE`].
+pub const RDMA_INLINE: i32 = 2;
+/// See [`RDMA_SQSIZE`].
+pub const RDMA_IOMAPSIZE: i32 = 3;
+/// See [`RDMA_SQSIZE`].
+pub const RDMA_ROUTE: i32 = 4;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,14 +7,16 @@ use std::time::Duration;
 
 use libc::c_int;
 
-use super::proto::{self, OLAP_START_SIZE};
+use super::Errno;
+use super::datagram_socket::DatagramSock;
+use super::proto::{
+    self, OLAP_START_SIZE, RDMA_INLINE, RDMA_IOMAPSIZE, RDMA_ROUTE, RDMA_RQSIZE, RDMA_SQSIZE, SOL_RDMA,
+};
 use super::stream;
+use super::stream_socket::{Phase, StreamSock};
 use super::svc;
 use super::table::{self, Kind, Socket};
-use super::tcp::{Phase, StreamSock};
-use super::udp::DgramSock;
 use super::wait;
-use crate::util::Errno;
 
 /// What a step of a blocking call found.
 enum Step<T> {
@@ -76,34 +78,23 @@ fn get(fd: c_int) -> Result<Arc<Socket>, Errno> {
 fn nonblocking(sock: &Socket, flags: c_int) -> bool {
     let fd_flags = match &*sock.inner.lock() {
         Kind::Stream(s) => s.fd_flags,
-        Kind::Dgram(d) => d.fd_flags,
+        Kind::Datagram(d) => d.fd_flags,
         Kind::Closed => 0,
     };
     (fd_flags & libc::O_NONBLOCK) != 0 || (flags & libc::MSG_DONTWAIT) != 0
 }
 
-/// `rsocket`.
-pub fn socket(domain: c_int, ty: c_int, protocol: c_int) -> Result<c_int, Errno> {
-    let ty = ty & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
-    let ok = matches!(domain, libc::AF_INET | libc::AF_INET6)
-        && match ty {
-            libc::SOCK_STREAM => protocol == 0 || protocol == libc::IPPROTO_TCP,
-            libc::SOCK_DGRAM => protocol == 0 || protocol == libc::IPPROTO_UDP,
-            _ => false,
-        };
-    if !ok {
-        return Err(libc::ENOTSUP);
-    }
-    super::super::init();
+/// `rsocket`, once the C side has checked the arguments (`domain` `AF_INET` or
+/// `AF_INET6`, `stream` for `SOCK_STREAM`, else `SOCK_DGRAM`).
+pub fn socket(domain: c_int, stream: bool) -> Result<c_int, Errno> {
     let d = table::defaults();
-    let s = if ty == libc::SOCK_STREAM {
+    let s = if stream {
         Socket::stream(StreamSock::new(domain, d)?)
     } else {
-        Socket::dgram(DgramSock::new(domain, d)?)
+        Socket::datagram(DatagramSock::new(domain, d)?)
     };
     let fd = s.fd;
     table::insert(s);
-    super::register_exit();
     Ok(fd)
 }
 
@@ -118,7 +109,7 @@ pub fn bind(fd: c_int, addr: SocketAddr) -> Result<(), Errno> {
             s.phase = Phase::Bound;
             Ok(())
         }
-        Kind::Dgram(d) => d.bind(addr),
+        Kind::Datagram(d) => d.bind(addr),
         Kind::Closed => Err(libc::EBADF),
     }
 }
@@ -185,7 +176,7 @@ pub fn connect(fd: c_int, addr: SocketAddr) -> Result<(), Errno> {
                 Phase::ConnectError => return Err(libc::ENOTCONN),
                 Phase::Listening => return Err(libc::EINVAL),
             },
-            Kind::Dgram(d) => return d.connect(addr),
+            Kind::Datagram(d) => return d.connect(addr),
             Kind::Closed => return Err(libc::EBADF),
         }
     }
@@ -210,7 +201,7 @@ fn connected<T>(s: &StreamSock) -> Option<Step<T>> {
 pub fn send(fd: c_int, data: &[u8], flags: c_int) -> Result<usize, Errno> {
     let sock = get(fd)?;
     let nonblock = nonblocking(&sock, flags);
-    if matches!(&*sock.inner.lock(), Kind::Dgram(_)) {
+    if matches!(&*sock.inner.lock(), Kind::Datagram(_)) {
         return dgram_send(fd, data, flags, None);
     }
     write_all(&sock, data.len(), nonblock, false, |s, done, olen| s.send_step(&data[done..], olen))
@@ -273,7 +264,7 @@ fn write_all(
 pub fn recv(fd: c_int, buf: &mut [u8], flags: c_int) -> Result<usize, Errno> {
     let sock = get(fd)?;
     let nonblock = nonblocking(&sock, flags);
-    if matches!(&*sock.inner.lock(), Kind::Dgram(_)) {
+    if matches!(&*sock.inner.lock(), Kind::Datagram(_)) {
         return dgram_recv(fd, buf, flags).map(|(n, _)| n);
     }
     let peek = flags & libc::MSG_PEEK != 0;
@@ -319,7 +310,7 @@ pub fn recv(fd: c_int, buf: &mut [u8], flags: c_int) -> Result<usize, Errno> {
 /// `rshutdown`.
 pub fn shutdown(fd: c_int, how: c_int) -> Result<(), Errno> {
     let sock = get(fd)?;
-    if let Kind::Dgram(d) = &mut *sock.inner.lock() {
+    if let Kind::Datagram(d) = &mut *sock.inner.lock() {
         d.shutdown();
         return Ok(());
     }
@@ -372,7 +363,7 @@ pub fn close(fd: c_int) -> Result<(), Errno> {
         let mut g = sock.inner.lock();
         match &mut *g {
             Kind::Stream(s) => s.close(),
-            Kind::Dgram(d) => d.close(),
+            Kind::Datagram(d) => d.close(),
             Kind::Closed => {}
         }
         *g = Kind::Closed;
@@ -387,7 +378,7 @@ pub fn name(fd: c_int, peer: bool) -> Result<(Option<SocketAddr>, c_int), Errno>
     let g = sock.inner.lock();
     match &*g {
         Kind::Stream(s) => Ok((if peer { s.peer_addr() } else { s.local_addr() }, s.domain)),
-        Kind::Dgram(d) => d.name(peer),
+        Kind::Datagram(d) => d.name(peer),
         Kind::Closed => Err(libc::EBADF),
     }
 }
@@ -406,19 +397,6 @@ fn set_bit(bits: &mut u64, name: c_int, on: bool) {
     }
 }
 
-/// `SOL_RDMA` (the header's value).
-pub const SOL_RDMA: c_int = 0x10000;
-/// `SOL_RDMA` option names.
-pub const RDMA_SQSIZE: c_int = 0;
-/// See [`RDMA_SQSIZE`].
-pub const RDMA_RQSIZE: c_int = 1;
-/// See [`RDMA_SQSIZE`].
-pub const RDMA_INLINE: c_int = 2;
-/// See [`RDMA_SQSIZE`].
-pub const RDMA_IOMAPSIZE: c_int = 3;
-/// See [`RDMA_SQSIZE`].
-pub const RDMA_ROUTE: c_int = 4;
-
 /// `rsetsockopt` (rdma-core's options; others `ENOTSUP`).
 pub fn setsockopt(fd: c_int, level: c_int, name: c_int, val: &[u8]) -> Result<(), Errno> {
     let sock = get(fd)?;
@@ -427,7 +405,7 @@ pub fn setsockopt(fd: c_int, level: c_int, name: c_int, val: &[u8]) -> Result<()
         let mut g = sock.inner.lock();
         let s = match &mut *g {
             Kind::Stream(s) => s,
-            Kind::Dgram(d) => return d.setsockopt(level, name, val),
+            Kind::Datagram(d) => return d.setsockopt(level, name, val),
             Kind::Closed => return Err(libc::EBADF),
         };
         match (level, name) {
@@ -524,7 +502,7 @@ pub fn getsockopt(fd: c_int, level: c_int, name: c_int) -> Result<Vec<u8>, Errno
     let mut g = sock.inner.lock();
     let s = match &mut *g {
         Kind::Stream(s) => s,
-        Kind::Dgram(d) => return d.getsockopt(level, name),
+        Kind::Datagram(d) => return d.getsockopt(level, name),
         Kind::Closed => return Err(libc::EBADF),
     };
     let int = |v: c_int| Ok(v.to_ne_bytes().to_vec());
@@ -568,7 +546,7 @@ pub fn fcntl(fd: c_int, cmd: c_int, arg: c_int) -> Result<c_int, Errno> {
     let mut g = sock.inner.lock();
     let flags = match &mut *g {
         Kind::Stream(s) => &mut s.fd_flags,
-        Kind::Dgram(d) => &mut d.fd_flags,
+        Kind::Datagram(d) => &mut d.fd_flags,
         Kind::Closed => return Err(libc::EBADF),
     };
     match cmd {
@@ -609,13 +587,13 @@ pub fn iounmap(fd: c_int, buf: *mut u8, len: usize) -> Result<(), Errno> {
 /// `rsendto` / `rsend` on a datagram socket (`to`: `None` for the connected address).
 pub fn dgram_send(fd: c_int, data: &[u8], flags: c_int, to: Option<SocketAddr>) -> Result<usize, Errno> {
     let sock = get(fd)?;
-    super::udp::send(&sock, data, flags, to)
+    super::datagram_socket::send(&sock, data, flags, to)
 }
 
 /// `rrecvfrom` / `rrecv` on a datagram socket: the length and the sender.
 pub fn dgram_recv(fd: c_int, buf: &mut [u8], flags: c_int) -> Result<(usize, Option<SocketAddr>), Errno> {
     let sock = get(fd)?;
-    super::udp::recv(&sock, buf, flags)
+    super::datagram_socket::recv(&sock, buf, flags)
 }
 
 /// `rsendto`.
