@@ -49,7 +49,7 @@ pub struct DeviceConfig {
     /// UDP port (4791; another value only pairs with softroce devices using the same).
     pub port: u16,
     /// How long the engine keeps polling after the last activity before it sleeps
-    /// (lower latency, more CPU); also how long [`super::CompletionQueue::wait`] looks at
+    /// (lower latency, more CPU); also how long [`CompletionQueue::wait`](crate::verbs::CompletionQueue::wait) looks at
     /// an empty CQ (yielding the CPU between looks) before it sleeps.
     pub spin: std::time::Duration,
     /// Device name (`softroce0` by default).
@@ -125,8 +125,8 @@ pub struct DeviceConfig {
     /// A fault SPEC (see [`crate::faults::spec`]): the device loses, duplicates, corrupts,
     /// reorders and delays its packets, goes dark, or forces RNR NAKs, reproducibly from a
     /// seed; `None` or blank: none. By default `SOFTROCE_FAULTS` (or what
-    /// [`crate::faults::set_default`] set). A malformed SPEC makes [`Device::open`] fail with
-    /// [`Error::Faults`], naming the bad item.
+    /// [`crate::faults::set_default`] set). A malformed SPEC makes [`Device::open`](crate::verbs::Device::open) fail with
+    /// [`Error::Faults`](crate::engine::error::Error::Faults), naming the bad item.
     pub faults: Option<String>,
 }
 

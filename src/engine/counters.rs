@@ -95,18 +95,18 @@ pub struct DeviceCounters {
     /// QP1: MADs the CM sent to an address no device address can reach (not sent).
     pub send_mad_no_route: u64,
     /// Packets an engine received for a QP of another engine of the device and passed on
-    /// ([`DeviceConfig::engine_threads`]; 0 with one engine).
+    /// ([`DeviceConfig::engine_threads`](crate::engine::config::DeviceConfig::engine_threads); 0 with one engine).
     pub rcvd_forwarded: u64,
     /// Packets dropped because the owning engine had too many passed-on packets waiting.
     pub rcvd_forward_dropped: u64,
     /// Sends (each a run of packets) that left from the RoCE port instead of the QP's UDP
     /// source port, which another socket held; their ICRC covers the port they left from.
     pub send_port_fallback: u64,
-    /// What fault injection did ([`DeviceConfig::faults`]; all 0 without).
+    /// What fault injection did ([`DeviceConfig::faults`](crate::engine::config::DeviceConfig::faults); all 0 without).
     pub faults: crate::engine::injector::FaultCounters,
     /// The IB CM's counters (messages, retries, duplicates, every drop and refusal).
     pub cm: crate::transport::cm::CmCounters,
-    /// A shared address ([`DeviceConfig::share`]): how many devices share it now (this one
+    /// A shared address ([`DeviceConfig::share`](crate::engine::config::DeviceConfig::share)): how many devices share it now (this one
     /// included; 0 for an unshared device).
     pub share_members: u64,
     /// Shared address: datagrams this device received for another member and passed on

@@ -11,9 +11,9 @@
 //! - `shared`: what the API's handles share with the engines (a device's links to its engine
 //!   threads, completion queues, queue pairs, registered memory).
 //! - [`config`]: how a device is opened; [`error`]: the errors of the verbs API.
-//! - [`core`]: the engine thread, its loop and one received datagram's way to its QP.
+//! - `core`: the engine thread, its loop and one received datagram's way to its QP.
 //! - [`backend`]: where packets go and come from (UDP sockets, `AF_PACKET`, an in-process
-//!   network), and the fault-injecting decorator ([`backend::faulty`]).
+//!   network), and the fault-injecting decorator (`backend::faulty`).
 //! - `share`: one address shared by the devices of several processes (steering, membership).
 //! - `flood`: the junk flood watch; `stall`: how long the engine was kept from running;
 //!   `injector`: a device's fault state, shared by its engines; [`pacer`]: how a polling

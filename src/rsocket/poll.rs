@@ -1,6 +1,6 @@
 //! `rpoll`: rsockets and ordinary descriptors in one call (rdma-core's `rpoll`). Each round
 //! takes what arrived on every rsocket and asks it which of the requested events hold
-//! ([`super::stream_socket::StreamSock::poll_events`]), and polls the ordinary descriptors without
+//! (`StreamSock::poll_events`), and polls the ordinary descriptors without
 //! waiting; if nothing is ready it arms the rsockets and sleeps on their descriptors and the
 //! ordinary ones together, then looks again.
 

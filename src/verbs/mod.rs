@@ -122,7 +122,7 @@
 //!
 //! Every misuse is a typed [`Error`], never a panic, and the safe API has no raw pointers.
 //! How application threads and remote peers share registered memory soundly is described in
-//! [`mr`]; how progress happens in [`engine`].
+//! [`mr`]; how progress happens in [`engine`](crate::engine).
 
 pub mod ah;
 pub mod cm;

@@ -163,7 +163,7 @@ impl EngineLink {
     }
 }
 
-/// A receiver of asynchronous events ([`Device::on_async_event`]).
+/// A receiver of asynchronous events ([`Device::on_async_event`](crate::verbs::Device::on_async_event)).
 pub type AsyncEventHook = Arc<dyn Fn(AsyncEvent) + Send + Sync>;
 
 /// An asynchronous event (`ibv_async_event`).
@@ -190,7 +190,7 @@ pub enum AsyncEvent {
 }
 
 /// A device's part in an address it shares with the devices of other processes
-/// ([`Device::sharing`]).
+/// ([`Device::sharing`](crate::verbs::Device::sharing)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sharing {
     /// This device's slot (0..63): bits 23..18 of its QP numbers.

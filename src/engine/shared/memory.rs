@@ -318,7 +318,7 @@ impl BuildHasher for KeyBuild {
 /// The kind of a memory window (`enum ibv_mw_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MwType {
-    /// `IBV_MW_TYPE_1`: bound with [`super::QueuePair::bind_mw`] (`ibv_bind_mw`), usable
+    /// `IBV_MW_TYPE_1`: bound with [`QueuePair::bind_mw`](crate::verbs::QueuePair::bind_mw) (`ibv_bind_mw`), usable
     /// from any QP of its PD, unbound by a zero-length bind.
     Type1,
     /// `IBV_MW_TYPE_2` (type 2B, as rxe): bound with an [`crate::transport::SendOp::BindMw`]

@@ -18,8 +18,8 @@ use crate::wire::gid::{Gid, GidIndex};
 pub struct AddressVector {
     /// Destination GID (the peer's IP address as a GID).
     pub dgid: Gid,
-    /// Index of the source GID in this device's table ([`Device::default_gid_index`],
-    /// [`Device::gid_index_for`]).
+    /// Index of the source GID in this device's table ([`Device::default_gid_index`](crate::verbs::Device::default_gid_index),
+    /// [`Device::gid_index_for`](crate::verbs::Device::gid_index_for)).
     pub sgid_index: GidIndex,
     /// Hop limit / TTL.
     pub hop_limit: u8,

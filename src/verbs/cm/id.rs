@@ -1223,7 +1223,7 @@ pub(crate) fn on_cm_event(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time,
         on_sidr_request(shared, cm, now, id, service_id, &private_data, &from);
         return;
     }
-    let Some(inner) = rdma_cm(&shared).conns.get(&ib.0).cloned() else { return };
+    let Some(inner) = rdma_cm(shared).conns.get(&ib.0).cloned() else { return };
     let Some((kind, status)) = rdma::rdma_event(&ev, true) else { return };
     match ev {
         IbEvent::RepReceived { rep, .. } => {
@@ -1263,7 +1263,7 @@ pub(crate) fn on_cm_event(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time,
             inner.push(kind, status, EventParam::None);
         }
         IbEvent::TimewaitExit { .. } => {
-            rdma_cm(&shared).conns.remove(&ib.0);
+            rdma_cm(shared).conns.remove(&ib.0);
             inner.push(kind, status, EventParam::None);
         }
         IbEvent::SidrRepReceived { qpn, qkey, private_data, .. } => {
@@ -1333,7 +1333,7 @@ fn on_sidr_request(
         let _ = cm.sidr_reply(now, id, &p);
         let _ = cm.destroy(now, id);
     };
-    let listeners: Vec<(RdmaListen, Arc<IdInner>)> = rdma_cm(&shared).listeners.clone();
+    let listeners: Vec<(RdmaListen, Arc<IdInner>)> = rdma_cm(shared).listeners.clone();
     let ls: Vec<RdmaListen> = listeners.iter().map(|(l, _)| *l).collect();
     let addrs = &shared.addresses;
     let m = rdma::match_request(&ls, service_id, private_data, RequestKind::Sidr, |ip: IpAddr| {
@@ -1367,7 +1367,7 @@ fn on_sidr_request(
         st.ib = Some(id);
         st.sidr_pending = true;
     }
-    rdma_cm(&shared).conns.insert(id.0, new.clone());
+    rdma_cm(shared).conns.insert(id.0, new.clone());
     let param = EventParam::Ud(UdEventParam {
         private_data: m.private_data,
         ah_attr: av,
@@ -1395,7 +1395,7 @@ fn disconnected(inner: &Arc<IdInner>, kind: CmEventType, status: i32) {
 /// A connection request: matched to a listener (else REJ 28, as `cma_ib_req_handler`'s
 /// failure), a new id, the delayed MRA, CONNECT_REQUEST on the listener's channel.
 fn on_request(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time, id: IbCmId, req: Box<ReqInfo>) {
-    let listeners: Vec<(RdmaListen, Arc<IdInner>)> = rdma_cm(&shared).listeners.clone();
+    let listeners: Vec<(RdmaListen, Arc<IdInner>)> = rdma_cm(shared).listeners.clone();
     let ls: Vec<RdmaListen> = listeners.iter().map(|(l, _)| *l).collect();
     let addrs = &shared.addresses;
     let m = rdma::match_request(
@@ -1427,7 +1427,7 @@ fn on_request(shared: &DeviceShared, cm: &mut CmEndpoint, now: Time, id: IbCmId,
         st.ib = Some(id);
         st.req = Some(req.clone());
     }
-    rdma_cm(&shared).conns.insert(id.0, new.clone());
+    rdma_cm(shared).conns.insert(id.0, new.clone());
     let _ = cm.mra(now, id, rdma::CMA_CM_MRA_SERVICE_TIMEOUT, true, &[]);
     let param = EventParam::Conn(ConnEventParam {
         private_data: m.private_data,
