@@ -265,28 +265,11 @@ mod mask {
 }
 
 pub(crate) fn state_of(s: u32) -> Result<QpState, Errno> {
-    Ok(match s {
-        0 => QpState::Reset,
-        1 => QpState::Init,
-        2 => QpState::Rtr,
-        3 => QpState::Rts,
-        4 => QpState::Sqd,
-        5 => QpState::Sqe,
-        6 => QpState::Err,
-        _ => return Err(libc::EINVAL),
-    })
+    u8::try_from(s).ok().and_then(QpState::from_ibv).ok_or(libc::EINVAL)
 }
 
 pub(crate) fn ibv_state(s: QpState) -> u32 {
-    match s {
-        QpState::Reset => 0,
-        QpState::Init => 1,
-        QpState::Rtr => 2,
-        QpState::Rts => 3,
-        QpState::Sqd => 4,
-        QpState::Sqe => 5,
-        QpState::Err => 6,
-    }
+    u32::from(s.ibv())
 }
 
 /// An `ibv_ah_attr` as a softroce address vector: RoCE needs the GRH (`is_global`), else
