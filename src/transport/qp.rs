@@ -71,8 +71,9 @@ impl QpState {
         self as u8
     }
 
-    /// The state of an `enum ibv_qp_state` value, if it is one.
-    pub const fn from_ibv(v: u8) -> Option<QpState> {
+    /// The state of an `enum ibv_qp_state` value, if it is one (the argument's type is
+    /// [`Mtu::from_ibv`]'s).
+    pub const fn from_ibv(v: u32) -> Option<QpState> {
         Some(match v {
             0 => QpState::Reset,
             1 => QpState::Init,

@@ -265,7 +265,7 @@ mod mask {
 }
 
 pub(crate) fn state_of(s: u32) -> Result<QpState, Errno> {
-    u8::try_from(s).ok().and_then(QpState::from_ibv).ok_or(libc::EINVAL)
+    QpState::from_ibv(s).ok_or(libc::EINVAL)
 }
 
 pub(crate) fn ibv_state(s: QpState) -> u32 {

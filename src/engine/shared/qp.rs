@@ -228,7 +228,7 @@ pub(crate) struct QpShared {
 impl QpShared {
     /// The state as the engine last published it.
     pub(crate) fn state(&self) -> QpState {
-        QpState::from_ibv(self.state.load(Ordering::SeqCst)).unwrap_or(QpState::Err)
+        QpState::from_ibv(u32::from(self.state.load(Ordering::SeqCst))).unwrap_or(QpState::Err)
     }
 
     pub(crate) fn set_state(&self, s: QpState) {
